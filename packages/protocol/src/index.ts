@@ -1,0 +1,90 @@
+export type {
+  AttestationExpectations,
+  AttestationVerifier,
+  AttestationVerifierOptions,
+  VerificationMethod,
+  VerifiedAttestation,
+} from "./attestation.js";
+export {
+  ATTESTATION_HEADER,
+  ATTESTATION_ISSUER,
+  createAttestationVerifier,
+  MAX_ATTESTATION_LIFETIME_SECONDS,
+  VERIFICATION_METHODS,
+} from "./attestation.js";
+export { decodeBase64url, encodeBase64url, isBase64url } from "./base64url.js";
+export type { DidParseResult, DidUrlComponent, ParsedDid, ParsedDidKey, ParsedDidWeb } from "./did.js";
+export { didUrlComponent, didWebHost, didWebMatchesHost, isDidSyntax, MAX_DID_LENGTH, parseDid } from "./did.js";
+export type { DidKeyErrorCode } from "./did-key.js";
+export { DidKeyError, decodeDidKey, didKeyToPublicKey, encodeDidKey, isDidKey } from "./did-key.js";
+export type {
+  AgentCompatibility,
+  DiscoveryBilling,
+  DiscoveryDocument,
+  DiscoveryEndpoints,
+  DiscoveryFeature,
+  DiscoveryLimits,
+  DiscoveryRecipientType,
+  DiscoveryValidationError,
+  DiscoveryValidationResult,
+  DiscoveryX402,
+  SignatureAlgorithm,
+  UnclaimedMode,
+} from "./discovery.js";
+export {
+  assertAgentCompatible,
+  checkAgentCompatibility,
+  DISCOVERY_SCHEMA,
+  DISCOVERY_SCHEMA_ID,
+  DiscoveryIncompatibleError,
+  PROTO_VERSION,
+  validateDiscoveryDocument,
+} from "./discovery.js";
+export { ED25519_KEY_LENGTH, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey, seedOfPrivateKey } from "./ed25519.js";
+export type { ErrorEnvelope, ProtoErrorOptions, ReservedErrorCode, ReservedErrorSpec } from "./errors.js";
+export {
+  errorEnvelope,
+  invitationNotFound,
+  isReservedErrorCode,
+  ownerAuthenticationRequired,
+  ProtoError,
+  parseErrorEnvelope,
+  protoError,
+  RESERVED_ERRORS,
+  rateLimitExceeded,
+} from "./errors.js";
+export { contentDigest, contentDigestMatches } from "./http-signatures/content-digest.js";
+export type { HeaderSource, RawRequest } from "./http-signatures/message.js";
+export type { SignatureHeaders, SignedRequest, SignOptions } from "./http-signatures/sign.js";
+export {
+  DEFAULT_SIGNATURE_LABEL,
+  DEFAULT_SIGNATURE_VALIDITY_SECONDS,
+  randomNonce,
+  signFetchRequest,
+  signRequest,
+} from "./http-signatures/sign.js";
+export type { SignatureParams } from "./http-signatures/signature-base.js";
+export type {
+  FetchVerifyOptions,
+  RequestVerifier,
+  RequestVerifierOptions,
+  VerifiedRequest,
+} from "./http-signatures/verify.js";
+export {
+  createRequestVerifier,
+  DEFAULT_SKEW_SECONDS,
+  MAX_SIGNATURE_VALIDITY_SECONDS,
+} from "./http-signatures/verify.js";
+export type { FetchFunction, KeyLookup, RemoteKeySetOptions } from "./key-set.js";
+export { RemoteKeySet, staticKeySet } from "./key-set.js";
+export type { MemoryNonceStoreOptions, NonceStore, RedisNonceStoreOptions, RedisSetClient } from "./nonce-store.js";
+export { MemoryNonceStore, RedisNonceStore } from "./nonce-store.js";
+export type { NormalizeResult, OidcIdentity, Recipient, RecipientType } from "./recipients.js";
+export {
+  isRecipientType,
+  normalizeRecipient,
+  RECIPIENT_TYPES,
+  RecipientError,
+  recipientKey,
+  recipientsMatch,
+} from "./recipients.js";

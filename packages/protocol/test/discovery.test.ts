@@ -1,0 +1,444 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { describe, test } from "node:test";
+import { loadVectors } from "@proto/testkit";
+import type { DiscoveryValidationError } from "../src/discovery.js";
+import {
+  assertAgentCompatible,
+  checkAgentCompatibility,
+  DISCOVERY_SCHEMA,
+  DISCOVERY_SCHEMA_ID,
+  DiscoveryIncompatibleError,
+  MAX_REPORTED_ERRORS,
+  PROTO_VERSION,
+  validateDiscoveryDocument,
+} from "../src/discovery.js";
+
+interface DiscoveryVector {
+  name: string;
+  description: string;
+  document: unknown;
+  expected: { type: "accept" } | { type: "reject"; reason: string };
+}
+
+const { vectors, skipReason } = loadVectors<DiscoveryVector>("discovery");
+
+/** Per the vectors README these are agent rules: the directory's schema accepts them. */
+const CLIENT_SIDE_ONLY = new Set(["reject-wrong-version"]);
+
+function minimal(): Record<string, unknown> & { endpoints: Record<string, unknown> } {
+  return {
+    proto_version: "0.1",
+    service_did: "did:web:api.example.com",
+    endpoints: {
+      accounts: "/proto/v1/accounts",
+      owner_invitation: "/proto/v1/accounts/me/owner-invitation",
+      claim_page: "https://claim.example.com/claim",
+      claim_completion: "/proto/v1/claim",
+    },
+    signature_algorithms: ["ed25519"],
+  };
+}
+
+function withEndpoint(key: string, value: unknown) {
+  const doc = minimal();
+  doc.endpoints[key] = value;
+  return doc;
+}
+
+function errorsOf(doc: unknown): DiscoveryValidationError[] {
+  const result = validateDiscoveryDocument(doc);
+  assert.equal(result.valid, false, "document should be rejected");
+  return result.valid ? [] : result.errors;
+}
+
+function assertRejected(doc: unknown, path: string, message: string) {
+  assert.deepEqual(errorsOf(doc), [{ path, message }]);
+}
+
+function assertValid(doc: unknown) {
+  const result = validateDiscoveryDocument(doc);
+  assert.deepEqual(result.valid ? [] : result.errors, []);
+}
+
+/** The vectors word reasons slightly differently ("missing required endpoints.accounts"). */
+function loose(text: string): string {
+  return text.replaceAll("field ", "").replaceAll(":", "");
+}
+
+describe("discovery vectors", () => {
+  test("the discovery vector folder is complete", { skip: skipReason ?? false }, () => {
+    assert.equal(vectors.length, 18);
+  });
+
+  for (const { file, vector } of vectors) {
+    const { expected } = vector;
+    if (expected.type === "accept") {
+      test(`${file}: accepted by the schema and by a v0.1 agent`, () => {
+        const result = validateDiscoveryDocument(vector.document);
+        assert.deepEqual(result, { valid: true, document: vector.document });
+        assert.equal(checkAgentCompatibility(vector.document).compatible, true);
+      });
+      continue;
+    }
+    test(`${file}: rejected with a readable reason`, () => {
+      const schema = validateDiscoveryDocument(vector.document);
+      if (CLIENT_SIDE_ONLY.has(vector.name)) {
+        assert.equal(schema.valid, true, "the directory accepts any proto_version");
+      } else {
+        assert.equal(schema.valid, false);
+        for (const error of schema.valid ? [] : schema.errors) {
+          assert.match(error.path, /^(\/[^/]+)*$/, "a JSON pointer");
+        }
+      }
+      const agent = checkAgentCompatibility(vector.document);
+      assert.equal(agent.compatible, false);
+      const reasons = agent.compatible ? [] : agent.reasons;
+      assert.ok(
+        reasons.some((r) => loose(r).includes(loose(expected.reason))),
+        `expected a reason like ${JSON.stringify(expected.reason)}, got ${JSON.stringify(reasons)}`,
+      );
+    });
+  }
+});
+
+describe("discovery schema document", () => {
+  test("is JSON Schema 2020-12 with a stable $id", () => {
+    assert.equal(DISCOVERY_SCHEMA.$schema, "https://json-schema.org/draft/2020-12/schema");
+    assert.equal(DISCOVERY_SCHEMA_ID, "https://proto.dev/schemas/discovery-0.1.json");
+    assert.equal(DISCOVERY_SCHEMA.$id, DISCOVERY_SCHEMA_ID);
+  });
+
+  test("is the file the package exports as ./discovery.schema.json", () => {
+    const onDisk = JSON.parse(readFileSync(new URL("../schema/discovery.schema.json", import.meta.url), "utf8"));
+    assert.deepEqual(DISCOVERY_SCHEMA, onDisk);
+  });
+
+  test("cannot be edited by a caller", () => {
+    const endpoints = (DISCOVERY_SCHEMA.properties as Record<string, Record<string, unknown>>).endpoints;
+    assert.throws(() => {
+      (endpoints as Record<string, unknown>).required = [];
+    }, TypeError);
+  });
+
+  test("never closes an object to unknown members", () => {
+    const closed: string[] = [];
+    const walk = (node: unknown, at: string) => {
+      if (typeof node !== "object" || node === null) return;
+      for (const [key, child] of Object.entries(node)) {
+        if ((key === "additionalProperties" || key === "unevaluatedProperties") && child === false) closed.push(at);
+        walk(child, `${at}/${key}`);
+      }
+    };
+    walk(DISCOVERY_SCHEMA, "#");
+    assert.deepEqual(closed, []);
+  });
+});
+
+describe("discovery required fields", () => {
+  test("the minimal document is valid and returned as is", () => {
+    const doc = minimal();
+    assert.deepEqual(validateDiscoveryDocument(doc), { valid: true, document: doc });
+  });
+
+  for (const field of ["proto_version", "service_did", "endpoints", "signature_algorithms"]) {
+    test(`missing ${field} is named`, () => {
+      const doc = minimal();
+      delete doc[field];
+      assertRejected(doc, `/${field}`, `missing required field ${field}`);
+    });
+  }
+
+  for (const key of ["accounts", "owner_invitation", "claim_page", "claim_completion"]) {
+    test(`missing endpoints.${key} is named with its pointer`, () => {
+      const doc = minimal();
+      delete doc.endpoints[key];
+      assertRejected(doc, `/endpoints/${key}`, `missing required field endpoints.${key}`);
+    });
+  }
+
+  test("a document that is not an object", () => {
+    for (const doc of [null, [], "{}", 42]) {
+      assertRejected(doc, "", "document: must be an object");
+    }
+  });
+});
+
+describe("discovery proto_version", () => {
+  test("the schema accepts any version string", () => {
+    for (const version of ["0.1", "0.2", "1.0-beta", ""]) {
+      assertValid({ ...minimal(), proto_version: version });
+    }
+  });
+
+  test("a version that is not a string is rejected", () => {
+    assertRejected({ ...minimal(), proto_version: 0.1 }, "/proto_version", "proto_version: must be a string");
+  });
+});
+
+describe("discovery service_did", () => {
+  test("did:web and did:key are accepted", () => {
+    for (const did of ["did:web:api.example.com", "did:web:h%3A8443:users:alice", "did:key:z6MkiYbwC5ho"]) {
+      assertValid({ ...minimal(), service_did: did });
+    }
+  });
+
+  test("other methods and bare prefixes are rejected", () => {
+    for (const did of ["did:plc:abc", "did:web:", "DID:web:example.com", "web:example.com", "https://example.com"]) {
+      assertRejected(
+        { ...minimal(), service_did: did },
+        "/service_did",
+        "service_did: must be a did:web or did:key DID",
+      );
+    }
+  });
+});
+
+describe("discovery endpoints", () => {
+  test("claim_page must be a full URI, not a path", () => {
+    for (const page of ["/claim", "claim", "claim.example.com/claim", ""]) {
+      assertRejected(
+        withEndpoint("claim_page", page),
+        "/endpoints/claim_page",
+        "endpoints.claim_page: must be a full URI",
+      );
+    }
+  });
+
+  test("claim_page may be on another host", () => {
+    assertValid(withEndpoint("claim_page", "https://claim.other.example:8443/c?flow=1"));
+  });
+
+  for (const key of ["accounts", "owner_invitation", "claim_completion", "key_rotation"]) {
+    test(`${key} must be a path starting with a single slash`, () => {
+      const message = `endpoints.${key}: must be a path on the service host, starting with a single "/"`;
+      for (const bad of ["//evil.example/x", "proto/v1", "https://api.example.com/x", ""]) {
+        assertRejected(withEndpoint(key, bad), `/endpoints/${key}`, message);
+      }
+      assertValid(withEndpoint(key, "/"));
+      assertValid(withEndpoint(key, "/proto/v1/x//y"));
+    });
+  }
+
+  test("an endpoint that is not a string is rejected", () => {
+    assertRejected(withEndpoint("accounts", 7), "/endpoints/accounts", "endpoints.accounts: must be a string");
+  });
+
+  test("endpoints that is not an object is rejected", () => {
+    assertRejected({ ...minimal(), endpoints: ["/a"] }, "/endpoints", "endpoints: must be an object");
+  });
+});
+
+describe("discovery signature_algorithms", () => {
+  test("both algorithms are accepted, in any order", () => {
+    assertValid({ ...minimal(), signature_algorithms: ["ecdsa-p256-sha256", "ed25519"] });
+  });
+
+  test("an empty list is rejected", () => {
+    assertRejected(
+      { ...minimal(), signature_algorithms: [] },
+      "/signature_algorithms",
+      "signature_algorithms: must not be empty",
+    );
+  });
+
+  test("an unknown algorithm is named by its position", () => {
+    assertRejected(
+      { ...minimal(), signature_algorithms: ["ed25519", "rsa-sha256"] },
+      "/signature_algorithms/1",
+      'signature_algorithms[1]: must be one of "ed25519", "ecdsa-p256-sha256"',
+    );
+  });
+});
+
+describe("discovery optional fields", () => {
+  test("features and recipient_types accept their listed values", () => {
+    assertValid({
+      ...minimal(),
+      features: ["attestation", "key_rotation", "attested_session"],
+      recipient_types: ["email", "phone", "oidc", "did"],
+    });
+  });
+
+  test("an unknown feature or recipient type is rejected", () => {
+    assertRejected(
+      { ...minimal(), features: ["two_step_invitation"] },
+      "/features/0",
+      'features[0]: must be one of "attestation", "key_rotation", "attested_session"',
+    );
+    assertRejected(
+      { ...minimal(), recipient_types: ["email", "fax"] },
+      "/recipient_types/1",
+      'recipient_types[1]: must be one of "email", "phone", "oidc", "did"',
+    );
+  });
+
+  test("limits: the TTL is at least an hour", () => {
+    const limits = (ttl: number) => ({
+      ...minimal(),
+      limits: { unclaimed_rate_limit_per_hour: 10, unclaimed_ttl_seconds: ttl },
+    });
+    assertRejected(limits(3599), "/limits/unclaimed_ttl_seconds", "limits.unclaimed_ttl_seconds: must be >= 3600");
+    assertRejected(limits(3600.5), "/limits/unclaimed_ttl_seconds", "limits.unclaimed_ttl_seconds: must be an integer");
+    assertValid(limits(3600));
+  });
+
+  test("limits: the rate limit is required and not negative; the TTL may be omitted", () => {
+    assertValid({ ...minimal(), limits: { unclaimed_rate_limit_per_hour: 0 } });
+    assertRejected(
+      { ...minimal(), limits: { unclaimed_rate_limit_per_hour: -1 } },
+      "/limits/unclaimed_rate_limit_per_hour",
+      "limits.unclaimed_rate_limit_per_hour: must be >= 0",
+    );
+    assertRejected(
+      { ...minimal(), limits: { unclaimed_ttl_seconds: 7200 } },
+      "/limits/unclaimed_rate_limit_per_hour",
+      "missing required field limits.unclaimed_rate_limit_per_hour",
+    );
+  });
+
+  test("billing: unclaimed_mode is required and one of three", () => {
+    for (const mode of ["free", "attested_only", "denied"])
+      assertValid({ ...minimal(), billing: { unclaimed_mode: mode } });
+    assertRejected(
+      { ...minimal(), billing: { accepted_attestors: ["proto-trust"] } },
+      "/billing/unclaimed_mode",
+      "missing required field billing.unclaimed_mode",
+    );
+    assertRejected(
+      { ...minimal(), billing: { unclaimed_mode: "paid" } },
+      "/billing/unclaimed_mode",
+      'billing.unclaimed_mode: must be one of "free", "attested_only", "denied"',
+    );
+    assertRejected(
+      { ...minimal(), billing: { unclaimed_mode: "free", accepted_attestors: [42] } },
+      "/billing/accepted_attestors/0",
+      "billing.accepted_attestors[0]: must be a string",
+    );
+  });
+
+  test("x402: all four members are required, of any type", () => {
+    const x402 = {
+      facilitator: "https://f.example",
+      networks: ["base"],
+      assets: [{ symbol: "USDC" }],
+      payment_endpoint: 1,
+    };
+    assertValid({ ...minimal(), x402 });
+    for (const member of Object.keys(x402)) {
+      const partial: Record<string, unknown> = { ...x402 };
+      delete partial[member];
+      assertRejected({ ...minimal(), x402: partial }, `/x402/${member}`, `missing required field x402.${member}`);
+    }
+  });
+});
+
+describe("discovery forward compatibility", () => {
+  test("unknown members are accepted at every level and kept", () => {
+    const doc = {
+      ...minimal(),
+      future_top: { nested: [1, 2] },
+      endpoints: { ...minimal().endpoints, future_endpoint: "/future", weird: 3 },
+      limits: { unclaimed_rate_limit_per_hour: 1, burst: 5 },
+      billing: { unclaimed_mode: "denied", currency: "EUR" },
+      x402: { facilitator: 1, networks: 2, assets: 3, payment_endpoint: 4, scheme: "exact" },
+    };
+    const result = validateDiscoveryDocument(doc);
+    assert.equal(result.valid, true);
+    assert.deepEqual(result.valid ? result.document.future_top : undefined, { nested: [1, 2] });
+    assert.equal(result.valid ? result.document.endpoints.future_endpoint : undefined, "/future");
+  });
+
+  test("validation leaves the document untouched", () => {
+    const doc = { ...minimal(), limits: { unclaimed_rate_limit_per_hour: 1 } };
+    const before = structuredClone(doc);
+    validateDiscoveryDocument(doc);
+    assert.deepEqual(doc, before);
+  });
+});
+
+describe("discovery size bounds", () => {
+  test("a giant string or array is rejected with its bound", () => {
+    assertRejected(
+      withEndpoint("accounts", `/${"a".repeat(2048)}`),
+      "/endpoints/accounts",
+      "endpoints.accounts: must be at most 2048 characters long",
+    );
+    assertRejected(
+      { ...minimal(), signature_algorithms: Array(65).fill("ed25519") },
+      "/signature_algorithms",
+      "signature_algorithms: must have at most 64 entries",
+    );
+  });
+
+  test("every problem is reported, up to a cap", () => {
+    const errors = errorsOf({ ...minimal(), features: Array(64).fill("nope") });
+    assert.equal(errors.length, MAX_REPORTED_ERRORS);
+    assert.deepEqual(errors[0], {
+      path: "/features/0",
+      message: 'features[0]: must be one of "attestation", "key_rotation", "attested_session"',
+    });
+  });
+
+  test("several problems in one document are all listed, with their paths", () => {
+    const doc = { ...minimal(), proto_version: 1, endpoints: { accounts: "x", claim_page: "/c" } };
+    assert.deepEqual(
+      errorsOf(doc).map((e) => e.path),
+      [
+        "/proto_version",
+        "/endpoints/owner_invitation",
+        "/endpoints/claim_completion",
+        "/endpoints/accounts",
+        "/endpoints/claim_page",
+      ],
+    );
+  });
+});
+
+describe("agent compatibility", () => {
+  test("this library speaks 0.1", () => {
+    assert.equal(PROTO_VERSION, "0.1");
+  });
+
+  test("a v0.1 document with ed25519 is usable", () => {
+    const doc = minimal();
+    assert.deepEqual(checkAgentCompatibility(doc), { compatible: true, document: doc });
+    assert.equal(assertAgentCompatible(doc), doc);
+  });
+
+  test("another version is refused with the version found", () => {
+    const result = checkAgentCompatibility({ ...minimal(), proto_version: "0.2" });
+    assert.deepEqual(result, { compatible: false, reasons: ['proto_version is not "0.1" (found "0.2")'] });
+  });
+
+  test("a service without ed25519 is refused even though the schema accepts it", () => {
+    const doc = { ...minimal(), signature_algorithms: ["ecdsa-p256-sha256"] };
+    assert.equal(validateDiscoveryDocument(doc).valid, true);
+    assert.deepEqual(checkAgentCompatibility(doc), {
+      compatible: false,
+      reasons: ["service does not advertise ed25519"],
+    });
+  });
+
+  test("schema errors and agent rules are reported together", () => {
+    const doc = { ...minimal(), proto_version: "9", signature_algorithms: ["rsa-sha256"] };
+    const result = checkAgentCompatibility(doc);
+    assert.deepEqual(result.compatible ? [] : result.reasons, [
+      'signature_algorithms[0]: must be one of "ed25519", "ecdsa-p256-sha256"',
+      'proto_version is not "0.1" (found "9")',
+      "service does not advertise ed25519",
+    ]);
+  });
+
+  test("assertAgentCompatible throws every reason", () => {
+    const doc = { ...minimal(), proto_version: "0.2", signature_algorithms: ["ecdsa-p256-sha256"] };
+    assert.throws(
+      () => assertAgentCompatible(doc),
+      (error: unknown) =>
+        error instanceof DiscoveryIncompatibleError &&
+        error.reasons.length === 2 &&
+        error.message ===
+          'discovery document is not usable by a v0.1 agent: proto_version is not "0.1" (found "0.2"); service does not advertise ed25519',
+    );
+  });
+});

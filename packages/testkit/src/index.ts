@@ -1,0 +1,18 @@
+export type { IssuedCert, IssueOptions, TestCA, TestCAOptions } from "./ca.js";
+export { createTestCA } from "./ca.js";
+export type { TestFetch, TestFetchOptions } from "./http-client.js";
+export { createTestAgent, parseResolveEntries, testFetch } from "./http-client.js";
+export type {
+  HttpsHost,
+  HttpsHostOptions,
+  MisbehaveOptions,
+  Misbehaviour,
+  RecordedRequest,
+  ResponseSpec,
+  RouteHandler,
+} from "./https-host.js";
+export { DISCOVERY_PATH, PROOF_PATH, startHttpsHost } from "./https-host.js";
+export type { Sentinel, SentinelOptions } from "./sentinel.js";
+export { startSentinel } from "./sentinel.js";
+export type { VectorFile, VectorFolder } from "./vectors.js";
+export { loadVectorFile, loadVectors, vectorsDir } from "./vectors.js";
