@@ -108,6 +108,9 @@ export function createAttestationVerifier(options: AttestationVerifierOptions): 
         });
         payload = result.payload;
         kid = result.protectedHeader.kid;
+        if (result.protectedHeader.typ !== undefined && result.protectedHeader.typ !== "JWT") {
+          throw new Error('typ must be "JWT"');
+        }
       } catch (error) {
         throw invalid(`attestation rejected: ${error instanceof Error ? error.message : "invalid token"}`, error);
       }

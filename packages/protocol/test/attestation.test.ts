@@ -131,3 +131,15 @@ describe("attestation verifier rules", async () => {
     await rejects("");
   });
 });
+
+describe("attestation header", async () => {
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  const jwks: JSONWebKeySet = { keys: [{ ...(await exportJWK(publicKey)), kid: "k1" }] };
+  test("a typ other than JWT is refused", async () => {
+    const jwt = await new SignJWT({ iss: "proto-trust", aud: "did:web:a", sub: "did:key:x", iat: 1000, exp: 1100 })
+      .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: "k1" })
+      .sign(privateKey);
+    const verifier = createAttestationVerifier({ keySet: jwks, now: () => 1_010_000 });
+    await assert.rejects(verifier.verify(jwt, { audience: "did:web:a", agentDid: "did:key:x" }), ProtoError);
+  });
+});

@@ -272,3 +272,36 @@ describe("verifier rejections", () => {
     assert.equal(a.params.expires - a.params.created, 60);
   });
 });
+
+describe("verifier limits and URL form", () => {
+  const agent = newAgent();
+  const NOW = 1_800_000_000;
+  test("a Fetch body over the cap is 413 payload_too_large, streamed or declared", async () => {
+    const verifier = createRequestVerifier({
+      nonceStore: new MemoryNonceStore(),
+      now: () => NOW * 1000,
+      maxBodyBytes: 1024,
+    });
+    const big = "x".repeat(2048);
+    const request = await signFetchRequest(new Request("https://svc.example/a", { method: "POST", body: big }), {
+      keyid: agent.did,
+      privateKey: agent.privateKey,
+      created: NOW,
+    });
+    await rejectsWith(verifier.verify(request), "payload_too_large", 413);
+  });
+
+  test("a fragment is not part of the signed target", async () => {
+    const signed = signRequest(
+      { method: "GET", url: "https://svc.example/a#frag" },
+      { keyid: agent.did, privateKey: agent.privateKey, created: NOW },
+    );
+    assert.ok(signed.signatureBase.includes("https://svc.example/a\n"));
+    const result = await verifierAt(NOW).verify({
+      method: "GET",
+      url: "https://svc.example/a",
+      headers: signed.headers,
+    });
+    assert.equal(result.keyid, agent.did);
+  });
+});

@@ -50,7 +50,10 @@ export function headerReader(headers: HeaderSource): (name: string) => string | 
 
 /** `@target-uri` is compared in its normalised form so both sides spell one URL the same way. */
 export function normaliseTargetUri(url: string): string {
-  return new URL(url).href;
+  const parsed = new URL(url);
+  // A fragment never travels with a request, so it is never part of what is signed.
+  parsed.hash = "";
+  return parsed.href;
 }
 
 export function fromRaw(request: RawRequest): SignedMessage {

@@ -31,12 +31,13 @@ export interface SignOptions {
   label?: string;
 }
 
-export interface SignatureHeaders {
+// A type alias, not an interface, so it is assignable to plain header records.
+export type SignatureHeaders = {
   "signature-input": string;
   signature: string;
   /** Present exactly when the request has a body. */
   "content-digest"?: string;
-}
+};
 
 export interface SignedRequest {
   headers: SignatureHeaders;

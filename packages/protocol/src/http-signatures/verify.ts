@@ -2,7 +2,7 @@ import { verify as ed25519Verify } from "node:crypto";
 import { type InnerList, type Item, isInnerList, parseDictionary, serializeInnerList } from "structured-headers";
 import { DidKeyError, didKeyToPublicKey } from "../did-key.js";
 import { ED25519_SIGNATURE_LENGTH } from "../ed25519.js";
-import { type ProtoError, protoError } from "../errors.js";
+import { ProtoError, protoError } from "../errors.js";
 import type { NonceStore } from "../nonce-store.js";
 import { contentDigestMatches } from "./content-digest.js";
 import {
@@ -17,7 +17,8 @@ import { type CoveredComponent, signatureBase } from "./signature-base.js";
 
 export const DEFAULT_SKEW_SECONDS = 60;
 export const MAX_SIGNATURE_VALIDITY_SECONDS = 300;
-const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+/** The body cap of proto services' JSON endpoints. */
+const DEFAULT_MAX_BODY_BYTES = 64 * 1024;
 /** Bounds on what is parsed at all: a signature header of the profile is a few hundred bytes. */
 const MAX_HEADER_LENGTH = 8192;
 const MAX_NONCE_LENGTH = 256;
@@ -34,7 +35,7 @@ export interface RequestVerifierOptions {
   isRevoked?: (keyid: string) => boolean | Promise<boolean>;
   /** Which signature to verify when a request carries several (default: the first). */
   label?: string;
-  /** Largest body a Fetch `Request` may carry before it is refused unread (default 1 MiB). */
+  /** Largest body a Fetch `Request` may carry (default 64 KiB); larger is 413 `payload_too_large`. */
   maxBodyBytes?: number;
 }
 
@@ -140,15 +141,39 @@ function parseSignature(message: SignedMessage, preferredLabel: string | undefin
   };
 }
 
+function tooLarge(maxBodyBytes: number): ProtoError {
+  return new ProtoError("payload_too_large", 413, `request bodies are limited to ${maxBodyBytes} bytes`);
+}
+
+/** Reads a body without ever holding more than the cap, whatever Content-Length claims. */
+async function readCapped(request: Request, maxBodyBytes: number): Promise<Uint8Array> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > maxBodyBytes) throw tooLarge(maxBodyBytes);
+  const stream = request.clone().body;
+  if (stream === null) return new Uint8Array(0);
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  const reader = stream.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBodyBytes) {
+      // Not awaited: cancelling one branch of a cloned body settles only when both are.
+      reader.cancel().catch(() => undefined);
+      throw tooLarge(maxBodyBytes);
+    }
+    chunks.push(value);
+  }
+  return new Uint8Array(Buffer.concat(chunks));
+}
+
 async function fromFetchRequest(
   request: Request,
   url: string | undefined,
   maxBodyBytes: number,
 ): Promise<SignedMessage> {
-  const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > maxBodyBytes) throw protoError("malformed_request", { message: "request body is too large" });
-  const bytes = new Uint8Array(await request.clone().arrayBuffer());
-  if (bytes.length > maxBodyBytes) throw protoError("malformed_request", { message: "request body is too large" });
+  const bytes = await readCapped(request, maxBodyBytes);
   return {
     method: request.method,
     targetUri: normaliseTargetUri(url ?? request.url),

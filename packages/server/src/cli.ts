@@ -1,0 +1,84 @@
+import { parseArgs } from "node:util";
+import { buildDirectoryApp } from "./directory/app.js";
+import { readDirectoryConfig } from "./directory/config.js";
+import { ConfigError } from "./platform/env.js";
+
+const USAGE = `usage: proto-server <command> [options]
+
+commands:
+  directory [--port N] [--host ADDR]       the listing directory (default port 8080)
+  all [--directory-port N] [--host ADDR]   every service (directory on 8080)
+
+Configuration comes from the environment; see the README.`;
+
+interface Running {
+  name: string;
+  close(): Promise<void>;
+}
+
+function port(value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`invalid port ${JSON.stringify(value)}`);
+  return n;
+}
+
+class UsageError extends Error {}
+
+async function startDirectory(listenPort: number, host: string): Promise<Running> {
+  const directory = await buildDirectoryApp(readDirectoryConfig());
+  await directory.app.listen({ port: listenPort, host });
+  return { name: "directory", close: directory.close };
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      port: { type: "string" },
+      "directory-port": { type: "string" },
+      "trust-port": { type: "string" },
+      host: { type: "string", default: "0.0.0.0" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+  });
+  if (values.help || command === undefined || command === "help") {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  const host = values.host ?? "0.0.0.0";
+  const running: Running[] = [];
+  switch (command) {
+    case "directory":
+      running.push(await startDirectory(port(values.port, 8080), host));
+      break;
+    case "all":
+      running.push(await startDirectory(port(values["directory-port"], 8080), host));
+      break;
+    default:
+      throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  }
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    process.stderr.write(`proto-server: ${signal}, draining\n`);
+    await Promise.allSettled(running.map((r) => r.close()));
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+}
+
+main(process.argv.slice(2)).catch((error: unknown) => {
+  if (error instanceof ConfigError || error instanceof UsageError) {
+    process.stderr.write(`proto-server: ${error.message}\n`);
+    if (error instanceof UsageError) process.stderr.write(`${USAGE}\n`);
+    process.exit(2);
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  process.stderr.write(`proto-server: failed to start: ${message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,166 @@
+import { type Generated, type Kysely, type Migration, type Selectable, sql } from "kysely";
+import type { Engine } from "../platform/database.js";
+
+/**
+ * Timestamps are integer milliseconds since the epoch on both engines: exact, totally ordered
+ * and the same on SQLite and PostgreSQL, which the keyset cursor relies on.
+ */
+function initial(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  return {
+    async up(db: Kysely<unknown>) {
+      const idColumn = engine === "sqlite" ? "id integer primary key" : "id bigserial primary key";
+      await sql
+        .raw(`create table dir_listings (
+          ${idColumn},
+          service_did text not null unique,
+          host text not null,
+          discovery_url text not null,
+          discovery_doc text not null,
+          title text,
+          description text,
+          tags text not null,
+          status text not null,
+          fetched_at ${bigint} not null,
+          first_listed_at ${bigint} not null,
+          updated_at ${bigint} not null,
+          failure_count integer not null default 0,
+          stale_since ${bigint},
+          next_check_at ${bigint} not null,
+          lease_until ${bigint},
+          body text not null
+        )`)
+        .execute(db);
+      // One non-deleted listing per host; deleted records stay for mirrors and may share it.
+      await sql
+        .raw("create unique index dir_listings_live_host on dir_listings (host) where status <> 'deleted'")
+        .execute(db);
+      await sql.raw("create index dir_listings_order on dir_listings (updated_at, service_did)").execute(db);
+      await sql
+        .raw("create index dir_listings_status_order on dir_listings (status, updated_at, service_did)")
+        .execute(db);
+      await sql.raw("create index dir_listings_due on dir_listings (next_check_at)").execute(db);
+
+      // Tags are rows, with the listing's order key copied in, so a tag filter walks one index
+      // in list order.
+      await sql
+        .raw(`create table dir_listing_tags (
+          tag text not null,
+          listing_id ${bigint} not null references dir_listings (id) on delete cascade,
+          updated_at ${bigint} not null,
+          service_did text not null,
+          status text not null,
+          primary key (tag, listing_id)
+        )`)
+        .execute(db);
+      await sql
+        .raw("create index dir_listing_tags_order on dir_listing_tags (tag, updated_at, service_did)")
+        .execute(db);
+      await sql.raw("create index dir_listing_tags_listing on dir_listing_tags (listing_id)").execute(db);
+
+      if (engine === "sqlite") {
+        await sql
+          .raw(`create virtual table dir_listings_fts using fts5(
+            title, description, content='dir_listings', content_rowid='id', tokenize='trigram'
+          )`)
+          .execute(db);
+        await sql
+          .raw(`create trigger dir_listings_fts_insert after insert on dir_listings begin
+            insert into dir_listings_fts (rowid, title, description) values (new.id, new.title, new.description);
+          end`)
+          .execute(db);
+        await sql
+          .raw(`create trigger dir_listings_fts_delete after delete on dir_listings begin
+            insert into dir_listings_fts (dir_listings_fts, rowid, title, description)
+              values ('delete', old.id, old.title, old.description);
+          end`)
+          .execute(db);
+        await sql
+          .raw(`create trigger dir_listings_fts_update after update of title, description on dir_listings begin
+            insert into dir_listings_fts (dir_listings_fts, rowid, title, description)
+              values ('delete', old.id, old.title, old.description);
+            insert into dir_listings_fts (rowid, title, description) values (new.id, new.title, new.description);
+          end`)
+          .execute(db);
+      } else {
+        await sql.raw("create extension if not exists pg_trgm").execute(db);
+        await sql
+          .raw("create index dir_listings_title_trgm on dir_listings using gin (lower(title) gin_trgm_ops)")
+          .execute(db);
+        await sql
+          .raw("create index dir_listings_description_trgm on dir_listings using gin (lower(description) gin_trgm_ops)")
+          .execute(db);
+      }
+
+      await sql
+        .raw(`create table dir_challenges (
+          token_hash text primary key,
+          discovery_url text not null,
+          host text not null,
+          issued_at ${bigint} not null,
+          expires_at ${bigint} not null,
+          consumed_at ${bigint}
+        )`)
+        .execute(db);
+      await sql.raw("create index dir_challenges_host on dir_challenges (host, issued_at)").execute(db);
+      await sql.raw("create index dir_challenges_expiry on dir_challenges (expires_at)").execute(db);
+
+      await sql
+        .raw(`create table dir_sessions (
+          token_hash text primary key,
+          service_did text not null,
+          issued_at ${bigint} not null,
+          expires_at ${bigint} not null,
+          revoked_at ${bigint}
+        )`)
+        .execute(db);
+      await sql.raw("create index dir_sessions_did on dir_sessions (service_did)").execute(db);
+    },
+  };
+}
+
+export function directoryMigrations(engine: Engine): Record<string, Migration> {
+  return { "0001_initial": initial(engine) };
+}
+
+export interface ListingTable {
+  id: Generated<number>;
+  service_did: string;
+  host: string;
+  discovery_url: string;
+  discovery_doc: string;
+  title: string | null;
+  description: string | null;
+  tags: string;
+  status: string;
+  fetched_at: number;
+  first_listed_at: number;
+  updated_at: number;
+  failure_count: number;
+  stale_since: number | null;
+  next_check_at: number;
+  lease_until: number | null;
+  body: string;
+}
+
+export type ListingRow = Selectable<ListingTable>;
+
+export interface DirectorySchema {
+  dir_listings: ListingTable;
+  dir_listing_tags: { tag: string; listing_id: number; updated_at: number; service_did: string; status: string };
+  dir_challenges: {
+    token_hash: string;
+    discovery_url: string;
+    host: string;
+    issued_at: number;
+    expires_at: number;
+    consumed_at: number | null;
+  };
+  dir_sessions: {
+    token_hash: string;
+    service_did: string;
+    issued_at: number;
+    expires_at: number;
+    revoked_at: number | null;
+  };
+}

@@ -1,0 +1,234 @@
+import { DISCOVERY_SCHEMA } from "@proto/protocol";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { ApiError, invalidRequest } from "../platform/errors.js";
+import { rateLimitHook } from "../platform/http.js";
+import type { RateLimiter } from "../platform/rate-limit.js";
+import { constantTimeEqual } from "../platform/tokens.js";
+import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
+import type { DirectoryService, ListingPatch, Submission } from "./service.js";
+import type { DirectorySettings } from "./settings.js";
+import { renderSitemap } from "./sitemap.js";
+
+export const DISCOVERY_SCHEMA_PATH = "/schemas/discovery-0.1.json";
+
+export interface DirectoryRoutesOptions {
+  service: DirectoryService;
+  limiter: RateLimiter;
+  settings: DirectorySettings;
+  publicUrl: string;
+  adminToken: string | undefined;
+}
+
+const LIST_CACHE = "public, max-age=30, s-maxage=120";
+const ITEM_CACHE = "public, max-age=60, s-maxage=300";
+
+const tagsSchema = {
+  type: "array",
+  maxItems: 20,
+  items: { type: "string", minLength: 1, maxLength: 40 },
+} as const;
+
+const challengeBody = {
+  type: "object",
+  required: ["discovery_url"],
+  properties: { discovery_url: { type: "string", minLength: 1, maxLength: 2048 } },
+} as const;
+
+const submitBody = {
+  type: "object",
+  required: ["discovery_url", "challenge_token"],
+  properties: {
+    discovery_url: { type: "string", minLength: 1, maxLength: 2048 },
+    challenge_token: { type: "string", minLength: 1, maxLength: 256 },
+    title: { type: "string", maxLength: 120 },
+    description: { type: "string", maxLength: 500 },
+    tags: tagsSchema,
+  },
+} as const;
+
+const patchBody = {
+  type: "object",
+  additionalProperties: false,
+  minProperties: 1,
+  properties: {
+    title: { type: ["string", "null"], maxLength: 120 },
+    description: { type: ["string", "null"], maxLength: 500 },
+    tags: tagsSchema,
+  },
+} as const;
+
+const listQuery = {
+  type: "object",
+  properties: {
+    cursor: { type: "string", maxLength: 4096 },
+    limit: { type: "integer", minimum: 1, maximum: 100, default: 50 },
+    search: { type: "string", maxLength: 200 },
+    tag: { type: "string", maxLength: 40 },
+    updated_since: { type: "string", maxLength: 64 },
+    status: { type: "string", enum: LISTING_STATUSES },
+    include_deleted: { type: "boolean", default: false },
+  },
+} as const;
+
+const didParams = {
+  type: "object",
+  required: ["did"],
+  properties: { did: { type: "string", minLength: 1, maxLength: 2048 } },
+} as const;
+
+interface ListQuery {
+  cursor?: string;
+  limit: number;
+  search?: string;
+  tag?: string;
+  updated_since?: string;
+  status?: ListingStatus;
+  include_deleted: boolean;
+}
+
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** RFC 3339 date-time to milliseconds, rounding sub-millisecond fractions up (`>=` stays exact). */
+export function parseRfc3339(value: string): number | undefined {
+  const match = RFC3339.exec(value);
+  if (match === null) return undefined;
+  const [, y, mo, d, h, mi, s, fraction, zone] = match;
+  const base = Date.parse(`${y}-${mo}-${d}T${h}:${mi}:${s}${zone === "z" || zone === "Z" ? "Z" : zone}`);
+  if (Number.isNaN(base)) return undefined;
+  const check = new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d)));
+  if (check.getUTCDate() !== Number(d)) return undefined;
+  return base + (fraction === undefined ? 0 : Math.ceil(Number(fraction) * 1000));
+}
+
+function bearerToken(request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization;
+  if (header === undefined) return undefined;
+  const match = /^Bearer +([\x21-\x7e]{1,512})$/i.exec(header.trim());
+  return match?.[1];
+}
+
+function readHeaders(reply: FastifyReply, cache: string): FastifyReply {
+  return reply.header("access-control-allow-origin", "*").header("cache-control", cache);
+}
+
+/** The directory API of spec `directory.md`, the sitemap, and the published discovery schema. */
+export async function directoryRoutes(app: FastifyInstance, options: DirectoryRoutesOptions): Promise<void> {
+  const { service, limiter, settings } = options;
+  const limits = settings.rateLimits;
+
+  app.post<{ Body: { discovery_url: string } }>(
+    "/v1/listings/challenge",
+    { schema: { body: challengeBody }, onRequest: rateLimitHook(limiter, limits.challenge) },
+    async (request) => service.issueChallenge(request.body.discovery_url),
+  );
+
+  app.post<{ Body: Submission }>(
+    "/v1/listings",
+    { schema: { body: submitBody }, onRequest: rateLimitHook(limiter, limits.create) },
+    async (request, reply) => {
+      const { created, session } = await service.submit(request.body);
+      return reply.code(created ? 201 : 200).send(session);
+    },
+  );
+
+  app.patch<{ Params: { did: string }; Body: ListingPatch }>(
+    "/v1/listings/:did",
+    {
+      schema: { params: didParams, body: patchBody },
+      onRequest: rateLimitHook(limiter, limits.write),
+      // Credentials are judged before the body, so a caller without them learns nothing more.
+      preValidation: async (request: FastifyRequest<{ Params: { did: string } }>) => {
+        await service.checkAccess(request.params.did, bearerToken(request));
+      },
+    },
+    async (request) => service.update(request.params.did, bearerToken(request), request.body),
+  );
+
+  app.delete<{ Params: { did: string } }>(
+    "/v1/listings/:did",
+    { schema: { params: didParams }, onRequest: rateLimitHook(limiter, limits.write) },
+    async (request, reply) => {
+      await service.withdraw(request.params.did, bearerToken(request));
+      return reply.code(204).send();
+    },
+  );
+
+  const readLimit = rateLimitHook(limiter, limits.read);
+  app.get<{ Querystring: ListQuery }>(
+    "/v1/listings",
+    {
+      schema: { querystring: listQuery },
+      onRequest: async (request, reply) => {
+        reply.header("access-control-allow-origin", "*");
+        await readLimit(request);
+      },
+    },
+    async (request, reply) => {
+      const q = request.query;
+      let updatedSince: number | undefined;
+      if (q.updated_since !== undefined) {
+        updatedSince = parseRfc3339(q.updated_since);
+        if (updatedSince === undefined) throw invalidRequest("updated_since must be an RFC 3339 date-time");
+      }
+      const page = await service.list({
+        cursor: q.cursor,
+        limit: q.limit,
+        search: q.search === "" ? undefined : q.search,
+        tag: q.tag === "" ? undefined : q.tag,
+        updatedSince,
+        status: q.status,
+        includeDeleted: q.include_deleted,
+      });
+      const body = `{"listings":[${page.bodies.join(",")}],"next_cursor":${JSON.stringify(page.nextCursor)}}`;
+      return readHeaders(reply, LIST_CACHE).type("application/json; charset=utf-8").send(body);
+    },
+  );
+
+  app.get<{ Params: { did: string } }>(
+    "/v1/listings/:did",
+    {
+      schema: { params: didParams },
+      onRequest: async (request, reply) => {
+        reply.header("access-control-allow-origin", "*");
+        await readLimit(request);
+      },
+    },
+    async (request, reply) => {
+      const body = await service.get(request.params.did);
+      if (body === undefined) throw new ApiError(404, "not_found", "no listing for that DID");
+      return readHeaders(reply, ITEM_CACHE).type("application/json; charset=utf-8").send(body);
+    },
+  );
+
+  app.get<{ Querystring: { page?: number } }>(
+    "/sitemap.xml",
+    {
+      schema: {
+        querystring: { type: "object", properties: { page: { type: "integer", minimum: 1, maximum: 100000 } } },
+      },
+      onRequest: rateLimitHook(limiter, limits.sitemap),
+    },
+    async (request, reply) => {
+      const xml = await renderSitemap(service, options.publicUrl, request.query.page);
+      if (xml === undefined) throw new ApiError(404, "not_found", "no such sitemap page");
+      return reply.header("cache-control", "public, max-age=3600").type("application/xml; charset=utf-8").send(xml);
+    },
+  );
+
+  app.get(DISCOVERY_SCHEMA_PATH, async (_request, reply) =>
+    reply
+      .header("access-control-allow-origin", "*")
+      .header("cache-control", "public, max-age=86400")
+      .type("application/schema+json")
+      .send(JSON.stringify(DISCOVERY_SCHEMA)),
+  );
+
+  app.post("/admin/revalidate", async (request) => {
+    const token = bearerToken(request);
+    if (options.adminToken === undefined) throw new ApiError(404, "not_found", "the admin API is not configured");
+    if (token === undefined || !constantTimeEqual(token, options.adminToken)) {
+      throw new ApiError(401, "unauthorized", "a valid admin token is required");
+    }
+    return service.revalidateDue();
+  });
+}

@@ -1,0 +1,477 @@
+import { didWebMatchesHost, validateDiscoveryDocument } from "@proto/protocol";
+import type { Clock } from "../platform/clock.js";
+import type { Database } from "../platform/database.js";
+import { isUniqueViolation } from "../platform/database.js";
+import { ApiError, conflict, forbidden, notFound, rateLimited, unauthorized } from "../platform/errors.js";
+import { SafeFetchError, type SafeResponse } from "../platform/safe-fetch.js";
+import { constantTimeEqual, hashToken, randomToken } from "../platform/tokens.js";
+import { decodeCursor, encodeCursor, type Position } from "./cursor.js";
+import { type DiscoveryLocation, parseDiscoveryUrl } from "./discovery-url.js";
+import { LISTING_STATUSES, type Listing, type ListingStatus, listingBody, rfc3339, toListing } from "./listing.js";
+import type { DirectorySchema, ListingRow } from "./migrations.js";
+import type { DirectorySettings } from "./settings.js";
+import * as store from "./store.js";
+
+export interface Fetcher {
+  get(url: string, options?: { accept?: string; signal?: AbortSignal }): Promise<SafeResponse>;
+}
+
+export interface ChallengeIssued {
+  challenge_token: string;
+  proof_url: string;
+  expires_at: string;
+}
+
+export interface SessionIssued {
+  service_did: string;
+  session_token: string;
+  expires_at: string;
+}
+
+export interface Submission {
+  discovery_url: string;
+  challenge_token: string;
+  title?: string | undefined;
+  description?: string | undefined;
+  tags?: string[] | undefined;
+}
+
+export interface ListingPatch {
+  title?: string | null;
+  description?: string | null;
+  tags?: string[];
+}
+
+export interface ListRequest {
+  cursor?: string | undefined;
+  limit: number;
+  search?: string | undefined;
+  tag?: string | undefined;
+  updatedSince?: number | undefined;
+  status?: ListingStatus | undefined;
+  includeDeleted: boolean;
+}
+
+export interface ListPage {
+  /** Each listing already serialised. */
+  bodies: string[];
+  nextCursor: string | null;
+}
+
+export interface RevalidationCounts {
+  checked: number;
+  succeeded: number;
+  failed: number;
+  became_stale: number;
+  deleted: number;
+}
+
+const err = (status: number, code: string, message: string, details?: Record<string, unknown>) =>
+  new ApiError(status, code, message, details);
+
+function isTextPlain(contentType: string | undefined): boolean {
+  return contentType?.split(";")[0]?.trim().toLowerCase() === "text/plain";
+}
+
+function uniqueTags(tags: readonly string[]): string[] {
+  return [...new Set(tags)];
+}
+
+/** The listing directory's rules, free of HTTP: every method is one operation of the spec. */
+export class DirectoryService {
+  readonly #db: Database<DirectorySchema>;
+  readonly #clock: Clock;
+  readonly #fetcher: Fetcher;
+  readonly #settings: DirectorySettings;
+  #pass: Promise<RevalidationCounts> | undefined;
+
+  constructor(deps: {
+    database: Database<DirectorySchema>;
+    clock: Clock;
+    fetcher: Fetcher;
+    settings: DirectorySettings;
+  }) {
+    this.#db = deps.database;
+    this.#clock = deps.clock;
+    this.#fetcher = deps.fetcher;
+    this.#settings = deps.settings;
+  }
+
+  get #kdb() {
+    return this.#db.db;
+  }
+
+  async issueChallenge(discoveryUrl: string): Promise<ChallengeIssued> {
+    const location = parseDiscoveryUrl(discoveryUrl);
+    const now = this.#clock.now();
+    const cap = this.#settings.hostChallengeCap;
+    const since = now - cap.windowSeconds * 1000;
+    const token = randomToken("ch_", 16);
+    const expiresAt = now + this.#settings.challengeTtlSeconds * 1000;
+    await this.#kdb.transaction().execute(async (trx) => {
+      if ((await store.countActiveChallenges(trx, location.host, since, now)) >= cap.limit) {
+        const oldest = await store.oldestActiveChallenge(trx, location.host, since, now);
+        const freesAt = oldest
+          ? Math.min(
+              oldest.issued_at + cap.windowSeconds * 1000,
+              oldest.issued_at + this.#settings.challengeTtlSeconds * 1000,
+            )
+          : now + 1000;
+        throw rateLimited(
+          Math.max(1, Math.ceil((freesAt - now) / 1000)),
+          `too many active challenges for ${location.host}; retry later`,
+        );
+      }
+      await store.insertChallenge(trx, {
+        token_hash: hashToken(token),
+        discovery_url: location.url,
+        host: location.host,
+        issued_at: now,
+        expires_at: expiresAt,
+        consumed_at: null,
+      });
+    });
+    return { challenge_token: token, proof_url: location.proofUrl, expires_at: rfc3339(expiresAt) };
+  }
+
+  /** `POST /v1/listings`, in the spec's processing order. */
+  async submit(submission: Submission): Promise<{ created: boolean; session: SessionIssued }> {
+    const location = parseDiscoveryUrl(submission.discovery_url);
+    const tokenHash = hashToken(submission.challenge_token);
+    const now = this.#clock.now();
+
+    // 1. The challenge exists, is unexpired and unused, and was issued for this URL.
+    const challenge = await store.findChallenge(this.#kdb, tokenHash);
+    if (challenge === undefined || challenge.consumed_at !== null || challenge.expires_at <= now) {
+      throw err(400, "invalid_challenge", "the challenge is unknown, expired or already used");
+    }
+    if (challenge.discovery_url !== location.url) {
+      throw err(400, "proof_mismatch", "the challenge was issued for a different discovery_url");
+    }
+    // 2. Consumed before any fetch, so a failed submit burns it.
+    if (!(await store.consumeChallenge(this.#kdb, tokenHash, now))) {
+      throw err(409, "challenge_already_used", "the challenge was used by a concurrent request; request a new one");
+    }
+    // 3. The proof.
+    await this.#checkProof(location, submission.challenge_token);
+    // 4. The discovery document.
+    const document = await this.#fetchDiscovery(location);
+    // 5. A did:web DID names the discovery host.
+    const serviceDid = document.service_did as string;
+    if (serviceDid.startsWith("did:web:") && !didWebMatchesHost(serviceDid, location.host)) {
+      throw err(400, "discovery_did_mismatch", `${serviceDid} does not name the host ${location.host}`);
+    }
+    // 6 and 7. Create, re-register, or refuse.
+    try {
+      return await this.#kdb.transaction().execute((trx) => this.#register(trx, location, document, submission));
+    } catch (error) {
+      if (isUniqueViolation(error)) throw conflict("the host or DID is already claimed by another listing");
+      throw error;
+    }
+  }
+
+  async #register(
+    trx: store.Db,
+    location: DiscoveryLocation,
+    document: Record<string, unknown>,
+    submission: Submission,
+  ): Promise<{ created: boolean; session: SessionIssued }> {
+    const now = this.#clock.now();
+    const serviceDid = document.service_did as string;
+    const existing = await store.findListing(trx, serviceDid);
+    const live = existing !== undefined && existing.status !== "deleted";
+    if (live && existing.host !== location.host) {
+      throw conflict(`${serviceDid} is listed from another host`);
+    }
+    if (!live) {
+      const holder = await store.findLiveListingByHost(trx, location.host);
+      if (holder !== undefined) throw conflict(`${location.host} is already listed under another DID`);
+    }
+    const fields = {
+      host: location.host,
+      discovery_url: location.url,
+      discovery_doc: JSON.stringify(document),
+      status: "active",
+      fetched_at: now,
+      updated_at: now,
+      failure_count: 0,
+      stale_since: null,
+      next_check_at: now + this.#settings.revalidation.intervalSeconds * 1000,
+      lease_until: null,
+    };
+    let created: boolean;
+    if (existing === undefined) {
+      const row = {
+        service_did: serviceDid,
+        title: submission.title ?? null,
+        description: submission.description ?? null,
+        tags: JSON.stringify(uniqueTags(submission.tags ?? [])),
+        first_listed_at: now,
+        ...fields,
+      };
+      await store.insertListing(trx, { ...row, body: listingBody(row) });
+      created = true;
+    } else {
+      const row: ListingRow = {
+        ...existing,
+        ...fields,
+        title: submission.title ?? existing.title,
+        description: submission.description ?? existing.description,
+        tags: submission.tags === undefined ? existing.tags : JSON.stringify(uniqueTags(submission.tags)),
+      };
+      row.body = listingBody(row);
+      await store.saveListing(trx, row);
+      // A deleted record taken up again from another host is a new listing for that host.
+      created = !live && existing.host !== location.host;
+    }
+    await store.revokeSessions(trx, serviceDid, now);
+    const session = await this.#issueSession(trx, serviceDid, now);
+    return { created, session };
+  }
+
+  async #issueSession(trx: store.Db, serviceDid: string, now: number): Promise<SessionIssued> {
+    const token = randomToken("sess_", 32);
+    const expiresAt = now + this.#settings.sessionTtlSeconds * 1000;
+    await store.insertSession(trx, {
+      token_hash: hashToken(token),
+      service_did: serviceDid,
+      issued_at: now,
+      expires_at: expiresAt,
+      revoked_at: null,
+    });
+    return { service_did: serviceDid, session_token: token, expires_at: rfc3339(expiresAt) };
+  }
+
+  async #checkProof(location: DiscoveryLocation, token: string): Promise<void> {
+    let response: SafeResponse;
+    try {
+      response = await this.#fetcher.get(location.proofUrl, { accept: "text/plain" });
+    } catch (error) {
+      throw err(400, "proof_fetch_failed", `could not fetch ${location.proofUrl}: ${describeFetchError(error)}`);
+    }
+    if (!isTextPlain(response.contentType)) {
+      throw err(400, "proof_fetch_failed", `${location.proofUrl} must be served as text/plain`);
+    }
+    const expected = Buffer.from(token, "utf8");
+    if (response.body.length !== expected.length || !constantTimeEqual(response.body.toString("latin1"), token)) {
+      throw err(400, "proof_mismatch", "the proof file does not contain exactly the challenge token");
+    }
+  }
+
+  async #fetchDiscovery(location: DiscoveryLocation): Promise<Record<string, unknown>> {
+    let response: SafeResponse;
+    try {
+      response = await this.#fetcher.get(location.url, { accept: "application/json" });
+    } catch (error) {
+      throw err(400, "discovery_fetch_failed", `could not fetch ${location.url}: ${describeFetchError(error)}`);
+    }
+    return parseDiscoveryBody(response.body);
+  }
+
+  /** The session behind a bearer token, allowed to act on `serviceDid`. */
+  async #authorize(db: store.Db, serviceDid: string, bearer: string | undefined): Promise<ListingRow> {
+    if (bearer === undefined) throw unauthorized("an Authorization: Bearer session token is required");
+    const session = await store.findSession(db, hashToken(bearer));
+    const now = this.#clock.now();
+    if (session === undefined || session.revoked_at !== null || session.expires_at <= now) {
+      throw unauthorized("the session token is invalid, expired or revoked");
+    }
+    if (session.service_did !== serviceDid) throw forbidden("the session token is bound to another listing");
+    const listing = await store.findListing(db, serviceDid);
+    if (listing === undefined || listing.status === "deleted") throw notFound("no listing for that DID");
+    return listing;
+  }
+
+  /** Answers 401, 403 or 404 exactly as an update or delete would, without changing anything. */
+  async checkAccess(serviceDid: string, bearer: string | undefined): Promise<void> {
+    await this.#authorize(this.#kdb, serviceDid, bearer);
+  }
+
+  async update(serviceDid: string, bearer: string | undefined, patch: ListingPatch): Promise<Listing> {
+    return this.#kdb.transaction().execute(async (trx) => {
+      const listing = await this.#authorize(trx, serviceDid, bearer);
+      const row: ListingRow = {
+        ...listing,
+        title: patch.title === undefined ? listing.title : patch.title,
+        description: patch.description === undefined ? listing.description : patch.description,
+        tags: patch.tags === undefined ? listing.tags : JSON.stringify(uniqueTags(patch.tags)),
+        updated_at: this.#clock.now(),
+      };
+      row.body = listingBody(row);
+      await store.saveListing(trx, row);
+      return toListing(row);
+    });
+  }
+
+  async withdraw(serviceDid: string, bearer: string | undefined): Promise<void> {
+    await this.#kdb.transaction().execute(async (trx) => {
+      const listing = await this.#authorize(trx, serviceDid, bearer);
+      const now = this.#clock.now();
+      const row: ListingRow = { ...listing, status: "deleted", updated_at: now, stale_since: null };
+      row.body = listingBody(row);
+      await store.saveListing(trx, row);
+      await store.revokeSessions(trx, serviceDid, now);
+    });
+  }
+
+  /** The serialised listing, or undefined. */
+  get(serviceDid: string): Promise<string | undefined> {
+    return store.findListingBody(this.#kdb, serviceDid);
+  }
+
+  async list(request: ListRequest): Promise<ListPage> {
+    const filters = JSON.stringify([
+      request.search ?? null,
+      request.tag ?? null,
+      request.updatedSince ?? null,
+      request.status ?? null,
+      request.includeDeleted,
+    ]);
+    const after: Position | undefined =
+      request.cursor === undefined ? undefined : decodeCursor(request.cursor, filters);
+    const statuses: readonly ListingStatus[] =
+      request.status !== undefined ? [request.status] : request.includeDeleted ? LISTING_STATUSES : ["active", "stale"];
+    const rows = await store.listListings(this.#kdb, this.#db.engine, {
+      after,
+      limit: request.limit + 1,
+      search: request.search,
+      tag: request.tag,
+      updatedSince: request.updatedSince,
+      statuses,
+    });
+    const page = rows.slice(0, request.limit);
+    const last = page.at(-1);
+    const nextCursor =
+      rows.length > request.limit && last !== undefined
+        ? encodeCursor({ updatedAt: last.updated_at, serviceDid: last.service_did }, filters)
+        : null;
+    return { bodies: page.map((r) => r.body), nextCursor };
+  }
+
+  /**
+   * One revalidation pass over every due listing. Passes in this process run one at a time; a
+   * lease on each listing keeps passes of other replicas off it.
+   */
+  revalidateDue(): Promise<RevalidationCounts> {
+    const run = async (): Promise<RevalidationCounts> => {
+      if (this.#pass !== undefined) await this.#pass.catch(() => undefined);
+      return this.#runPass();
+    };
+    const pass = run();
+    this.#pass = pass;
+    return pass.finally(() => {
+      if (this.#pass === pass) this.#pass = undefined;
+    });
+  }
+
+  /** Resolves once no revalidation pass is running. */
+  async idle(): Promise<void> {
+    while (this.#pass !== undefined) await this.#pass.catch(() => undefined);
+  }
+
+  async #runPass(): Promise<RevalidationCounts> {
+    const counts: RevalidationCounts = { checked: 0, succeeded: 0, failed: 0, became_stale: 0, deleted: 0 };
+    const { concurrency } = this.#settings.revalidation;
+    const passStart = this.#clock.now();
+    for (;;) {
+      const due = await store.dueListings(this.#kdb, passStart, concurrency * 4);
+      if (due.length === 0) break;
+      let index = 0;
+      const worker = async () => {
+        for (let row = due[index++]; row !== undefined; row = due[index++]) {
+          await this.#revalidateOne(row, counts);
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(concurrency, due.length) }, worker));
+    }
+    return counts;
+  }
+
+  async #revalidateOne(listing: ListingRow, counts: RevalidationCounts): Promise<void> {
+    const leaseStart = this.#clock.now();
+    if (!(await store.leaseListing(this.#kdb, listing.id, leaseStart, leaseStart + 10 * 60 * 1000))) return;
+    counts.checked++;
+    const outcome = await this.#check(listing);
+    const now = this.#clock.now();
+    const { intervalSeconds, staleAfterFailures, deleteAfterStaleSeconds } = this.#settings.revalidation;
+    const next_check_at = Math.max(listing.next_check_at + intervalSeconds * 1000, now + 1000);
+    const row: ListingRow = { ...listing, next_check_at, lease_until: null };
+    if (outcome.ok) {
+      counts.succeeded++;
+      const visibleChange = row.discovery_doc !== outcome.document || row.status !== "active";
+      Object.assign(row, { failure_count: 0, fetched_at: now, stale_since: null, status: "active" });
+      row.discovery_doc = outcome.document;
+      if (visibleChange) row.updated_at = now;
+    } else {
+      counts.failed++;
+      row.failure_count = listing.failure_count + 1;
+      if (row.status === "active" && row.failure_count >= staleAfterFailures) {
+        Object.assign(row, { status: "stale", stale_since: now, updated_at: now });
+        counts.became_stale++;
+      } else if (row.status === "stale" && (row.stale_since ?? now) + deleteAfterStaleSeconds * 1000 <= now) {
+        Object.assign(row, { status: "deleted", updated_at: now });
+        counts.deleted++;
+      }
+    }
+    row.body = listingBody(row);
+    if (row.updated_at !== listing.updated_at || row.status !== listing.status) {
+      await this.#kdb.transaction().execute(async (trx) => {
+        await store.saveListing(trx, row);
+        if (row.status === "deleted") await store.revokeSessions(trx, row.service_did, now);
+      });
+    } else {
+      const { failure_count, next_check_at: next, lease_until, fetched_at, body } = row;
+      await store.saveBookkeeping(this.#kdb, row.id, {
+        failure_count,
+        next_check_at: next,
+        lease_until,
+        fetched_at,
+        body,
+      });
+    }
+  }
+
+  async #check(listing: ListingRow): Promise<{ ok: true; document: string } | { ok: false }> {
+    try {
+      const response = await this.#fetcher.get(listing.discovery_url, { accept: "application/json" });
+      const document = parseDiscoveryBody(response.body);
+      if (document.service_did !== listing.service_did) return { ok: false };
+      return { ok: true, document: JSON.stringify(document) };
+    } catch {
+      return { ok: false };
+    }
+  }
+
+  /** Forgets challenges and sessions long past their expiry. */
+  async purgeExpired(): Promise<void> {
+    const before = this.#clock.now() - 24 * 3600 * 1000;
+    await store.deleteOldChallenges(this.#kdb, before);
+    await store.deleteOldSessions(this.#kdb, before);
+  }
+
+  async sitemapPage(offset: number, limit: number) {
+    return store.activeSitemapRows(this.#kdb, offset, limit);
+  }
+
+  countActive(): Promise<number> {
+    return store.countActive(this.#kdb);
+  }
+}
+
+function describeFetchError(error: unknown): string {
+  return error instanceof SafeFetchError ? error.message : "the host could not be reached";
+}
+
+function parseDiscoveryBody(body: Buffer): Record<string, unknown> {
+  let document: unknown;
+  try {
+    document = JSON.parse(body.toString("utf8"));
+  } catch {
+    throw err(400, "discovery_invalid", "the discovery document is not JSON");
+  }
+  const result = validateDiscoveryDocument(document);
+  if (!result.valid) {
+    throw err(400, "discovery_invalid", "the discovery document does not match the schema", { errors: result.errors });
+  }
+  return result.document as Record<string, unknown>;
+}

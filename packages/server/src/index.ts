@@ -1,0 +1,5 @@
+export type { DirectoryApp, DirectoryAppOptions } from "./directory/app.js";
+export { buildDirectoryApp } from "./directory/app.js";
+export type { DirectoryConfig } from "./directory/config.js";
+export { readDirectoryConfig } from "./directory/config.js";
+export { ConfigError } from "./platform/env.js";

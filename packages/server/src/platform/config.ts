@@ -1,0 +1,59 @@
+import { type Env, EnvReader } from "./env.js";
+import { parseResolveOverrides } from "./safe-fetch.js";
+
+export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** Settings both services share. */
+export interface PlatformConfig {
+  production: boolean;
+  logLevel: LogLevel;
+  redisUrl: string | undefined;
+  trustedProxyHops: number;
+  /** `PROTO_TEST_HOOKS=1`: the `/__test/*` routes exist (never in production). */
+  testHooks: boolean;
+  fetch: { allowPrivate: boolean; resolve: ReadonlyMap<string, string> };
+}
+
+export function readPlatformConfig(reader: EnvReader): PlatformConfig {
+  const production = reader.string("NODE_ENV") === "production";
+  const testHooks = reader.flag("PROTO_TEST_HOOKS");
+  const allowPrivate = reader.flag("PROTO_FETCH_ALLOW_PRIVATE");
+  let resolve: ReadonlyMap<string, string> = new Map();
+  try {
+    resolve = parseResolveOverrides(reader.string("PROTO_FETCH_RESOLVE"));
+  } catch (error) {
+    reader.problem(`PROTO_FETCH_RESOLVE: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  if (production) {
+    if (testHooks) reader.problem("PROTO_TEST_HOOKS must not be set when NODE_ENV=production");
+    if (allowPrivate) reader.problem("PROTO_FETCH_ALLOW_PRIVATE must not be set when NODE_ENV=production");
+    if (resolve.size > 0) reader.problem("PROTO_FETCH_RESOLVE must not be set when NODE_ENV=production");
+  }
+  const redisUrl = reader.string("REDIS_URL");
+  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) {
+    reader.problem("REDIS_URL must start with redis:// or rediss://");
+  }
+  return {
+    production,
+    logLevel: reader.oneOf("LOG_LEVEL", LOG_LEVELS, "info"),
+    redisUrl,
+    trustedProxyHops: reader.integer("TRUSTED_PROXY_HOPS", 0, 0, 16),
+    testHooks,
+    fetch: { allowPrivate, resolve },
+  };
+}
+
+/** A database URL: `sqlite:PATH`, `sqlite::memory:` or `postgres://...`. */
+export function readDatabaseUrl(reader: EnvReader, name: string, fallback: string): string {
+  const value = reader.string(name) ?? fallback;
+  if (!/^(sqlite:.+|postgres(ql)?:\/\/.+)$/.test(value)) {
+    reader.problem(`${name} must be sqlite:PATH, sqlite::memory: or postgres://... (got ${JSON.stringify(value)})`);
+    return fallback;
+  }
+  return value;
+}
+
+export function envReader(env: Env = process.env): EnvReader {
+  return new EnvReader(env);
+}

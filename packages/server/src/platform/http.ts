@@ -1,0 +1,118 @@
+import Fastify, {
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
+import type { LogLevel } from "./config.js";
+import { ApiError } from "./errors.js";
+import type { RateLimiter, RateLimitRule } from "./rate-limit.js";
+import { rateLimitKey } from "./rate-limit.js";
+
+/** Every JSON endpoint refuses bodies over 64 KiB (decisions: both services). */
+export const BODY_LIMIT_BYTES = 64 * 1024;
+
+export interface HttpOptions {
+  logLevel: LogLevel;
+  trustedProxyHops: number;
+  /** Log destination; standard output when absent. */
+  logStream?: NodeJS.WritableStream;
+}
+
+function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
+  if (error.retryAfterSeconds !== undefined) {
+    reply.header("retry-after", String(Math.max(1, Math.ceil(error.retryAfterSeconds))));
+  }
+  return reply.code(error.status).type("application/json; charset=utf-8").send(error.toEnvelope());
+}
+
+/** Fastify's own errors, in the spec's vocabulary. */
+function fromFastifyError(error: FastifyError): ApiError {
+  if (error.validation !== undefined) {
+    const first = error.validation[0];
+    const where = error.validationContext ?? "request";
+    const path = first?.instancePath ? first.instancePath.replace(/^\//, "").replace(/\//g, ".") : "";
+    const message = `${where}${path ? `.${path}` : ""} ${first?.message ?? "is invalid"}`;
+    return new ApiError(400, "invalid_request", message, {
+      errors: error.validation.map((v) => ({
+        path: v.instancePath,
+        message: v.message ?? "is invalid",
+        params: v.params,
+      })),
+    });
+  }
+  switch (error.code) {
+    case "FST_ERR_CTP_BODY_TOO_LARGE":
+      return new ApiError(413, "payload_too_large", `request bodies are limited to ${BODY_LIMIT_BYTES} bytes`);
+    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
+      return new ApiError(400, "invalid_request", "the body must be application/json");
+    case "FST_ERR_CTP_EMPTY_JSON_BODY":
+      return new ApiError(400, "invalid_request", "the JSON body is empty");
+    case "FST_ERR_CTP_INVALID_JSON_BODY":
+      return new ApiError(400, "invalid_request", "the body is not valid JSON");
+  }
+  const status = error.statusCode ?? 500;
+  if (error instanceof SyntaxError && status === 400) {
+    return new ApiError(400, "invalid_request", "the body is not valid JSON");
+  }
+  if (status === 404) return new ApiError(404, "not_found", "not found");
+  if (status === 413) return new ApiError(413, "payload_too_large", "the request is too large");
+  if (status >= 400 && status < 500) return new ApiError(status, "invalid_request", error.message);
+  return new ApiError(500, "internal_error", "an unexpected error occurred");
+}
+
+/**
+ * A Fastify instance with the platform's behaviour: the error envelope on every non-2xx (unknown
+ * routes, bad JSON, oversized bodies, validation), redacted structured logs, client IP through
+ * the configured number of trusted proxy hops.
+ */
+export function createHttpServer(options: HttpOptions): FastifyInstance {
+  const app = Fastify({
+    logger: {
+      level: options.logLevel,
+      redact: {
+        paths: ["req.headers.authorization", "req.headers.cookie", 'res.headers["set-cookie"]'],
+        censor: "[redacted]",
+      },
+      ...(options.logStream ? { stream: options.logStream } : {}),
+    },
+    bodyLimit: BODY_LIMIT_BYTES,
+    // The client address is read that many hops from the right of X-Forwarded-For.
+    trustProxy: (_address: string, hop: number) => hop < options.trustedProxyHops,
+    logController: new LogController({ disableRequestLogging: true }),
+    return503OnClosing: true,
+    routerOptions: { maxParamLength: 2048 },
+    ajv: { customOptions: { coerceTypes: true, removeAdditional: false, allErrors: false } },
+  });
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const apiError = error instanceof ApiError ? error : fromFastifyError(error);
+    if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
+    return sendError(reply, apiError);
+  });
+  app.setNotFoundHandler((request, reply) =>
+    sendError(reply, new ApiError(404, "not_found", `no route for ${request.method} ${request.url.split("?")[0]}`)),
+  );
+  // One access-log line per request, at debug unless it failed, so busy read paths stay cheap.
+  app.addHook("onResponse", (request, reply, done) => {
+    const entry = { method: request.method, url: request.url, status: reply.statusCode, ms: reply.elapsedTime };
+    if (reply.statusCode >= 500) request.log.error(entry, "request");
+    else request.log.debug(entry, "request");
+    done();
+  });
+  return app;
+}
+
+/** A hook that spends one unit of `rule` for the client's IP, answering 429 when it is empty. */
+export function rateLimitHook(limiter: RateLimiter, rule: RateLimitRule) {
+  return async (request: FastifyRequest): Promise<void> => {
+    const decision = await limiter.hit(rule, rateLimitKey("ip", request.ip));
+    if (!decision.allowed) {
+      throw new ApiError(429, "rate_limited", "too many requests; retry later", undefined, decision.retryAfterSeconds);
+    }
+  };
+}
+
+/** Sends an ApiError from code paths outside the handler chain. */
+export { sendError };

@@ -1,0 +1,257 @@
+/**
+ * Fixed-window rate limiting, as the directory and attestor specs require: a counter per
+ * (rule, key, window), windows aligned on floor(now / window) of the injected clock, overflow
+ * denied with a whole-second Retry-After until the window ends.
+ *
+ * MemoryRateLimiter serves a single process; RedisRateLimiter shares one global count between
+ * replicas (used when REDIS_URL is set).
+ */
+import { createHash } from "node:crypto";
+import type { Redis } from "ioredis";
+import type { Clock } from "./clock.js";
+
+export interface RateLimitRule {
+  /** Identifies the limit, e.g. "listings.create"; counters of different rules never mix. */
+  name: string;
+  /** Hits allowed per window; 0 denies everything. */
+  limit: number;
+  windowSeconds: number;
+}
+
+export interface RateLimitDecision {
+  allowed: boolean;
+  limit: number;
+  /** Hits still allowed in this window after this one. */
+  remaining: number;
+  /** Whole seconds until the window ends (at least 1) when denied; 0 when allowed. */
+  retryAfterSeconds: number;
+  /** When the current window ends, in milliseconds since the epoch. */
+  resetAt: number;
+}
+
+export interface RateLimiter {
+  /** Counts one hit of `key` against `rule` and says whether it may proceed. */
+  hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision>;
+  close?(): Promise<void>;
+}
+
+/**
+ * Joins key parts with ":" after escaping "%" and ":" in each part, so distinct part lists never
+ * produce the same key (an IPv6 address or a DID is full of colons).
+ */
+export function rateLimitKey(...parts: string[]): string {
+  return parts.map((part) => part.replaceAll("%", "%25").replaceAll(":", "%3A")).join(":");
+}
+
+interface Window {
+  index: number;
+  resetAt: number;
+}
+
+function validateRule(rule: RateLimitRule): void {
+  if (typeof rule.name !== "string" || rule.name === "") {
+    throw new TypeError("rate limit rule needs a non-empty name");
+  }
+  if (!Number.isSafeInteger(rule.limit) || rule.limit < 0) {
+    throw new RangeError(`rate limit rule ${rule.name}: limit must be a non-negative integer`);
+  }
+  if (!Number.isSafeInteger(rule.windowSeconds) || rule.windowSeconds < 1) {
+    throw new RangeError(`rate limit rule ${rule.name}: windowSeconds must be a positive integer`);
+  }
+}
+
+function currentWindow(rule: RateLimitRule, now: number): Window {
+  const windowMs = rule.windowSeconds * 1000;
+  const index = Math.floor(now / windowMs);
+  return { index, resetAt: (index + 1) * windowMs };
+}
+
+function decide(rule: RateLimitRule, allowed: boolean, count: number, now: number, resetAt: number): RateLimitDecision {
+  return {
+    allowed,
+    limit: rule.limit,
+    remaining: allowed ? Math.max(0, rule.limit - count) : 0,
+    retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil((resetAt - now) / 1000)),
+    resetAt,
+  };
+}
+
+// Rule name and window length both go into the counter id, so reconfiguring a rule's window
+// cannot land on counters kept under the old length.
+function counterId(rule: RateLimitRule, key: string): string {
+  return rateLimitKey(rule.name, String(rule.windowSeconds), key);
+}
+
+export interface MemoryRateLimiterOptions {
+  clock: Clock;
+  /**
+   * The most counters kept. When full, expired windows are dropped first, then the counters whose
+   * window started longest ago; an evicted key starts afresh, so size this to the number of
+   * distinct clients expected within the longest window.
+   */
+  maxKeys?: number;
+}
+
+interface Counter {
+  window: number;
+  resetAt: number;
+  count: number;
+}
+
+// A full sweep costs one pass over the map; doing it at most this often (in clock time) keeps a
+// flood of new keys at the cap from turning every hit into a scan.
+const SWEEP_INTERVAL_MS = 1_000;
+
+/** Counters in this process only: right for one replica, wrong for several. */
+export class MemoryRateLimiter implements RateLimiter {
+  readonly #clock: Clock;
+  readonly #maxKeys: number;
+  // Map order is insertion order, and a counter is re-inserted when its window rolls over, so
+  // the front holds the counters whose window started longest ago.
+  readonly #counters = new Map<string, Counter>();
+  #nextSweepAt = Number.NEGATIVE_INFINITY;
+
+  constructor(options: MemoryRateLimiterOptions) {
+    this.#clock = options.clock;
+    this.#maxKeys = options.maxKeys ?? 100_000;
+    if (!Number.isSafeInteger(this.#maxKeys) || this.#maxKeys < 1) {
+      throw new RangeError("maxKeys must be a positive integer");
+    }
+  }
+
+  /** Counters currently held, expired or not. */
+  get size(): number {
+    return this.#counters.size;
+  }
+
+  async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
+    return this.hitSync(rule, key);
+  }
+
+  /** The same as hit(); synchronous, so it is atomic within the process. */
+  hitSync(rule: RateLimitRule, key: string): RateLimitDecision {
+    validateRule(rule);
+    const now = this.#clock.now();
+    const { index, resetAt } = currentWindow(rule, now);
+    const id = counterId(rule, key);
+
+    if (now >= this.#nextSweepAt) this.#sweep(now);
+
+    let counter = this.#counters.get(id);
+    if (counter === undefined || counter.window !== index) {
+      if (counter !== undefined) this.#counters.delete(id);
+      this.#makeRoom(now);
+      counter = { window: index, resetAt, count: 0 };
+      this.#counters.set(id, counter);
+    }
+
+    // Denied hits leave the count at the limit: nothing grows while a client keeps hammering.
+    if (counter.count >= rule.limit) return decide(rule, false, counter.count, now, resetAt);
+    counter.count += 1;
+    return decide(rule, true, counter.count, now, resetAt);
+  }
+
+  async close(): Promise<void> {
+    this.#counters.clear();
+  }
+
+  #sweep(now: number): void {
+    this.#nextSweepAt = now + SWEEP_INTERVAL_MS;
+    for (const [id, counter] of this.#counters) {
+      if (counter.resetAt <= now) this.#counters.delete(id);
+    }
+  }
+
+  #makeRoom(now: number): void {
+    if (this.#counters.size < this.#maxKeys) return;
+    if (now >= this.#nextSweepAt) this.#sweep(now);
+    for (const id of this.#counters.keys()) {
+      if (this.#counters.size < this.#maxKeys) break;
+      this.#counters.delete(id);
+    }
+  }
+}
+
+/** What RedisRateLimiter needs of an ioredis client (a Cluster fits too). */
+export type RedisRateLimitClient = Pick<Redis, "eval" | "evalsha" | "quit">;
+
+export interface RedisRateLimiterOptions {
+  redis: RedisRateLimitClient;
+  clock: Clock;
+  /** Prepended to every key, so services and test runs can share one Redis. */
+  keyPrefix?: string;
+  /** Quit the client on close(); leave false when the client is shared with other components. */
+  ownsClient?: boolean;
+}
+
+// KEYS[1] the window's counter, ARGV[1] its TTL in ms, ARGV[2] the limit.
+// One script, so the increment and the expiry are a single atomic step: no crash can leave a
+// counter without a TTL (a permanent block). A key already at the limit is not incremented, so
+// a flood of denied hits writes nothing. The PTTL check also repairs a key that somehow has no
+// expiry. Returns {allowed (1|0), count}.
+const HIT_SCRIPT = `
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+local allowed = 0
+if count < tonumber(ARGV[2]) then
+  count = redis.call('INCR', KEYS[1])
+  allowed = 1
+end
+if redis.call('PTTL', KEYS[1]) == -1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return {allowed, count}
+`;
+const HIT_SCRIPT_SHA = createHash("sha1").update(HIT_SCRIPT).digest("hex");
+
+// Counters outlive their window by this much (Redis time) so a replica whose clock lags a little
+// still finds the count instead of recreating it at zero. A window's key is never reused after
+// the window, so the extra life costs only memory.
+const EXPIRY_GRACE_MS = 10_000;
+
+/**
+ * Counters in Redis, shared by every replica. The window index comes from the injected clock and
+ * is part of the key, so each window is its own key and expiry only reclaims memory.
+ * hit() rejects when Redis does not answer; whether to fail open or closed is the caller's call.
+ */
+export class RedisRateLimiter implements RateLimiter {
+  readonly #redis: RedisRateLimitClient;
+  readonly #clock: Clock;
+  readonly #prefix: string;
+  readonly #ownsClient: boolean;
+
+  constructor(options: RedisRateLimiterOptions) {
+    this.#redis = options.redis;
+    this.#clock = options.clock;
+    this.#prefix = options.keyPrefix ?? "proto:ratelimit:";
+    this.#ownsClient = options.ownsClient ?? false;
+  }
+
+  async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
+    validateRule(rule);
+    const now = this.#clock.now();
+    const { index, resetAt } = currentWindow(rule, now);
+    const redisKey = `${this.#prefix}${counterId(rule, key)}:${index}`;
+    const ttlMs = Math.max(1, resetAt - now) + EXPIRY_GRACE_MS;
+    const reply = await this.#run(redisKey, String(ttlMs), String(rule.limit));
+    if (!Array.isArray(reply) || typeof reply[0] !== "number" || typeof reply[1] !== "number") {
+      throw new Error("rate limit script returned an unexpected reply");
+    }
+    return decide(rule, reply[0] === 1, reply[1], now, resetAt);
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsClient) await this.#redis.quit();
+  }
+
+  async #run(key: string, ttlMs: string, limit: string): Promise<unknown> {
+    try {
+      return await this.#redis.evalsha(HIT_SCRIPT_SHA, 1, key, ttlMs, limit);
+    } catch (error) {
+      // The script cache is empty after a Redis restart or failover; EVAL loads it again.
+      if (error instanceof Error && error.message.startsWith("NOSCRIPT")) {
+        return await this.#redis.eval(HIT_SCRIPT, 1, key, ttlMs, limit);
+      }
+      throw error;
+    }
+  }
+}
