@@ -2,12 +2,17 @@ import { parseArgs } from "node:util";
 import { buildDirectoryApp } from "./directory/app.js";
 import { readDirectoryConfig } from "./directory/config.js";
 import { ConfigError } from "./platform/env.js";
+import { buildTrustApp } from "./trust/app.js";
+import { readTrustConfig } from "./trust/config.js";
 
 const USAGE = `usage: proto-server <command> [options]
 
 commands:
   directory [--port N] [--host ADDR]       the listing directory (default port 8080)
-  all [--directory-port N] [--host ADDR]   every service (directory on 8080)
+  trust [--port N] [--host ADDR]           the trust attestor (default port 8081)
+  trust rotate-keys                        start a signing-key rotation now and exit
+  all [--directory-port N] [--trust-port N] [--host ADDR]
+                                           both services (directory 8080, attestor 8081)
 
 Configuration comes from the environment; see the README.`;
 
@@ -31,8 +36,35 @@ async function startDirectory(listenPort: number, host: string): Promise<Running
   return { name: "directory", close: directory.close };
 }
 
+async function startTrust(listenPort: number, host: string): Promise<Running> {
+  const trust = await buildTrustApp(readTrustConfig());
+  await trust.app.listen({ port: listenPort, host });
+  return { name: "trust", close: trust.close };
+}
+
+/** The operator's rotation: the same as the schedule and the test hook, then exit. */
+async function rotateKeys(): Promise<void> {
+  const trust = await buildTrustApp(readTrustConfig());
+  try {
+    const rotation = await trust.keys.rotate();
+    process.stdout.write(
+      `${JSON.stringify({
+        kid: rotation.kid,
+        published_at: new Date(rotation.publish_at).toISOString(),
+        signs_from: new Date(rotation.activate_at).toISOString(),
+      })}\n`,
+    );
+  } finally {
+    await trust.close();
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
+  if (command === "trust" && rest[0] === "rotate-keys") {
+    await rotateKeys();
+    return;
+  }
   const { values } = parseArgs({
     args: rest,
     options: {
@@ -54,8 +86,12 @@ async function main(argv: string[]): Promise<void> {
     case "directory":
       running.push(await startDirectory(port(values.port, 8080), host));
       break;
+    case "trust":
+      running.push(await startTrust(port(values.port, 8081), host));
+      break;
     case "all":
       running.push(await startDirectory(port(values["directory-port"], 8080), host));
+      running.push(await startTrust(port(values["trust-port"], 8081), host));
       break;
     default:
       throw new UsageError(`unknown command ${JSON.stringify(command)}`);

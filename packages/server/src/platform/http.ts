@@ -1,3 +1,4 @@
+import { ProtoError } from "@proto/protocol";
 import Fastify, {
   type FastifyError,
   type FastifyInstance,
@@ -87,7 +88,12 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const apiError = error instanceof ApiError ? error : fromFastifyError(error);
+    const apiError =
+      error instanceof ApiError
+        ? error
+        : error instanceof ProtoError
+          ? new ApiError(error.status, error.code, error.message, error.details, error.retryAfter)
+          : fromFastifyError(error);
     if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
     return sendError(reply, apiError);
   });

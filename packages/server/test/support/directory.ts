@@ -64,6 +64,11 @@ export interface DirectoryHarnessOptions {
   /** How many sites the suite may use (each is a name pinned through PROTO_FETCH_RESOLVE). */
   sites?: number;
   env?: Record<string, string>;
+  /**
+   * More `host:port:address` entries for PROTO_FETCH_RESOLVE, after the ones pinning the suite's
+   * sites (names that must resolve somewhere else: a closed port, a sentinel, another HTTPS host).
+   */
+  extraResolve?: string[];
 }
 
 const quiet = () =>
@@ -103,7 +108,7 @@ export async function startDirectoryHarness(
   const env: Record<string, string> = {
     PROTO_TEST_HOOKS: "1",
     PROTO_FETCH_ALLOW_PRIVATE: "1",
-    PROTO_FETCH_RESOLVE: host.resolveEntries(),
+    PROTO_FETCH_RESOLVE: [host.resolveEntries(), ...(options.extraResolve ?? [])].join(","),
     DIRECTORY_DATABASE_URL: database.url,
     DIRECTORY_PUBLIC_URL: "https://directory.test",
     DIRECTORY_ADMIN_TOKEN: ADMIN_TOKEN,

@@ -1,0 +1,18 @@
+import BetterSqlite3 from "better-sqlite3";
+import { createStore, loadStore } from "../lib/dataset.js";
+const n = Number(process.argv[2] ?? 100000);
+const s = await createStore("sqlite");
+const path = s.url.slice(7);
+let db = new BetterSqlite3(path);
+const trig = db.prepare("select sql from sqlite_schema where name='dir_listings_fts_insert'").get() as {sql:string};
+db.exec("drop trigger dir_listings_fts_insert");
+db.close();
+const r = await loadStore(s, { count: n });
+console.log(r);
+db = new BetterSqlite3(path);
+let t = performance.now();
+db.exec("insert into dir_listings_fts(dir_listings_fts) values('rebuild')");
+console.log("rebuild", (performance.now() - t) / 1000);
+db.exec(trig.sql);
+db.close();
+await s.drop();

@@ -1,0 +1,113 @@
+import { MemoryNonceStore, RedisNonceStore } from "@proto/protocol";
+import type { FastifyInstance } from "fastify";
+import type { Clock } from "../platform/clock.js";
+import { openDatabase } from "../platform/database.js";
+import { registerHealthRoutes } from "../platform/health.js";
+import { createHttpServer } from "../platform/http.js";
+import { createPlatformParts } from "../platform/shared.js";
+import { registerClockHook } from "../platform/test-hooks.js";
+import type { TrustConfig } from "./config.js";
+import { KeyRing } from "./keys.js";
+import { type TrustSchema, trustMigrations } from "./migrations.js";
+import { trustRoutes } from "./routes.js";
+import { TrustService } from "./service.js";
+import { MAX_ATTESTATION_TTL_SECONDS } from "./settings.js";
+import { registerTrustTestHooks } from "./test-hooks.js";
+
+export interface TrustApp {
+  app: FastifyInstance;
+  service: TrustService;
+  keys: KeyRing;
+  close(): Promise<void>;
+}
+
+export interface TrustAppOptions {
+  logStream?: NodeJS.WritableStream;
+  clock?: Clock;
+  /** Redis key prefix (default `proto:trust:`). */
+  redisPrefix?: string;
+}
+
+export async function buildTrustApp(config: TrustConfig, options: TrustAppOptions = {}): Promise<TrustApp> {
+  const prefix = options.redisPrefix ?? "proto:trust:";
+  const parts = createPlatformParts(config.platform, {
+    redisPrefix: prefix,
+    ...(options.clock ? { clock: options.clock } : {}),
+  });
+  const database = await openDatabase<TrustSchema>(config.databaseUrl, {
+    migrations: trustMigrations,
+    migrationTable: "trust_migrations",
+  });
+  const keys = new KeyRing({
+    db: database.db,
+    keyEncryptionKey: config.secrets.keyEncryptionKey,
+    clock: parts.clock,
+    publishLeadSeconds: config.settings.keyPublishLeadSeconds,
+    rotationSeconds: config.settings.keyRotationSeconds,
+    maxTokenLifetimeSeconds: MAX_ATTESTATION_TTL_SECONDS + 60,
+    refreshSeconds: config.settings.keyRefreshSeconds,
+  });
+  await keys.start();
+  const nonceStore =
+    parts.redis === undefined
+      ? new MemoryNonceStore({ now: () => parts.clock.now() })
+      : new RedisNonceStore(parts.redis, { keyPrefix: `${prefix}nonce:` });
+  const service = new TrustService({
+    database,
+    clock: parts.clock,
+    keys,
+    limiter: parts.limiter,
+    nonceStore,
+    pseudonymKey: config.secrets.pseudonymKey,
+    publicUrl: config.publicUrl,
+    settings: config.settings,
+  });
+  const app = createHttpServer({
+    logLevel: config.platform.logLevel,
+    trustedProxyHops: config.platform.trustedProxyHops,
+    ...(options.logStream ? { logStream: options.logStream } : {}),
+  });
+  if (config.secrets.developmentFile !== undefined) {
+    app.log.warn(
+      { file: config.secrets.developmentFile },
+      "TRUST_KEY_ENCRYPTION_KEY or TRUST_PSEUDONYM_KEY not set: using development secrets kept in the data directory",
+    );
+  }
+  const readiness = { accepting: true, check: () => database.ping() };
+  registerHealthRoutes(app, readiness);
+  await app.register(trustRoutes, {
+    service,
+    keys,
+    limiter: parts.limiter,
+    settings: config.settings,
+    humanOf: async () => undefined,
+  });
+  if (parts.testClock !== undefined) {
+    registerClockHook(app, parts.testClock);
+    registerTrustTestHooks(app, service, keys);
+  }
+
+  const timer = setInterval(() => {
+    keys
+      .rotateIfDue()
+      .then((rotated) => {
+        if (rotated) app.log.info("signing key rotation started");
+      })
+      .catch((error: unknown) => app.log.error({ err: error }, "key rotation failed"));
+    service.purgeExpired().catch((error: unknown) => app.log.error({ err: error }, "purge failed"));
+  }, 60_000);
+  timer.unref();
+
+  return {
+    app,
+    service,
+    keys,
+    async close() {
+      readiness.accepting = false;
+      clearInterval(timer);
+      await app.close();
+      await database.close();
+      await parts.close();
+    },
+  };
+}

@@ -1,0 +1,74 @@
+import { type PlatformConfig, readDatabaseUrl, readPlatformConfig } from "../platform/config.js";
+import { type Env, EnvReader } from "../platform/env.js";
+import { dataDirectory, readTrustSecrets, type TrustSecrets } from "./secrets.js";
+import { DEFAULT_TRUST_SETTINGS, MAX_ATTESTATION_TTL_SECONDS, type TrustSettings } from "./settings.js";
+
+export interface TrustConfig {
+  platform: PlatformConfig;
+  /** `{trust_url}`: the exact origin agents sign `/v1/token` for. */
+  publicUrl: string;
+  databaseUrl: string;
+  secrets: TrustSecrets;
+  settings: TrustSettings;
+}
+
+const RATE_LIMIT_NAMES = ["link_start", "link_start_agent", "link_poll", "token", "read"] as const;
+const SETTING_KEYS = {
+  link_start: "linkStart",
+  link_start_agent: "linkStartPerAgent",
+  link_poll: "linkPoll",
+  token: "token",
+  read: "read",
+} as const;
+
+function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["rateLimits"] {
+  const limits = {
+    ...DEFAULT_TRUST_SETTINGS.rateLimits,
+    tokenPerBinding: { ...DEFAULT_TRUST_SETTINGS.rateLimits.tokenPerBinding, limit: dailyLimit },
+  };
+  const value = reader.string("TRUST_RATE_LIMITS");
+  if (value === undefined) return limits;
+  for (const entry of value.split(",")) {
+    const match = /^\s*([a-z_]+)\s*=\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(entry);
+    const name = match?.[1] as (typeof RATE_LIMIT_NAMES)[number] | undefined;
+    if (match === null || name === undefined || !RATE_LIMIT_NAMES.includes(name) || Number(match[3]) < 1) {
+      reader.problem(
+        `TRUST_RATE_LIMITS entries are scope=count/seconds with scope one of ${RATE_LIMIT_NAMES.join(", ")} (got ${JSON.stringify(entry)})`,
+      );
+      continue;
+    }
+    const key = SETTING_KEYS[name];
+    limits[key] = { ...limits[key], limit: Number(match[2]), windowSeconds: Number(match[3]) };
+  }
+  return limits;
+}
+
+export function readTrustConfig(env: Env = process.env, platform?: PlatformConfig): TrustConfig {
+  const reader = new EnvReader(env);
+  const base = platform ?? readPlatformConfig(reader);
+  const defaults = DEFAULT_TRUST_SETTINGS;
+  const publicUrl = reader.baseUrl("TRUST_PUBLIC_URL", "http://localhost:8081");
+  if (base.production && !publicUrl.startsWith("https://")) {
+    reader.problem("TRUST_PUBLIC_URL must be https when NODE_ENV=production");
+  }
+  const databaseUrl = readDatabaseUrl(reader, "TRUST_DATABASE_URL", "sqlite:./data/trust.db");
+  const dailyLimit = reader.integer("TRUST_PER_BINDING_DAILY_TOKEN_LIMIT", 10_000, 1, 100_000_000);
+  const settings: TrustSettings = {
+    linkTtlSeconds: reader.integer("TRUST_LINK_TTL_SECONDS", defaults.linkTtlSeconds, 60, 86400),
+    bindingInactivitySeconds:
+      reader.integer("TRUST_BINDING_INACTIVITY_DAYS", defaults.bindingInactivitySeconds / 86400, 1, 3650) * 86400,
+    attestationTtlSeconds: reader.integer(
+      "TRUST_ATTESTATION_TTL_SECONDS",
+      defaults.attestationTtlSeconds,
+      60,
+      MAX_ATTESTATION_TTL_SECONDS,
+    ),
+    keyPublishLeadSeconds: reader.integer("TRUST_KEY_PUBLISH_LEAD_SECONDS", defaults.keyPublishLeadSeconds, 900, 86400),
+    keyRotationSeconds: reader.integer("TRUST_KEY_ROTATION_DAYS", defaults.keyRotationSeconds / 86400, 1, 3650) * 86400,
+    keyRefreshSeconds: defaults.keyRefreshSeconds,
+    rateLimits: readRateLimits(reader, dailyLimit),
+  };
+  const secrets = readTrustSecrets(reader, base.production, dataDirectory(databaseUrl));
+  reader.finish();
+  return { platform: base, publicUrl, databaseUrl, secrets, settings };
+}

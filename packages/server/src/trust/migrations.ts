@@ -1,0 +1,115 @@
+import { type Kysely, type Migration, sql } from "kysely";
+import type { Engine } from "../platform/database.js";
+
+/** Timestamps are integer milliseconds since the epoch, as in the directory. */
+function initial(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    `create table trust_signing_keys (
+      kid text primary key,
+      public_x text not null,
+      private_enc text not null,
+      created_at ${bigint} not null,
+      publish_at ${bigint} not null,
+      activate_at ${bigint} not null
+    )`,
+    `create table trust_humans (
+      id text primary key,
+      created_at ${bigint} not null
+    )`,
+    `create table trust_verifications (
+      human_id text not null references trust_humans (id),
+      method text not null,
+      subject text not null,
+      created_at ${bigint} not null,
+      revoked_at ${bigint},
+      primary key (method, subject)
+    )`,
+    "create index trust_verifications_human on trust_verifications (human_id)",
+    `create table trust_bindings (
+      id text primary key,
+      human_id text not null references trust_humans (id),
+      agent_did text not null,
+      agent_label text,
+      created_at ${bigint} not null,
+      last_mint_at ${bigint},
+      expires_at ${bigint} not null,
+      revoked_at ${bigint}
+    )`,
+    // One binding per agent DID that is not revoked; a lapsed one is revoked when replaced.
+    "create unique index trust_bindings_live_agent on trust_bindings (agent_did) where revoked_at is null",
+    "create index trust_bindings_agent on trust_bindings (agent_did, created_at)",
+    "create index trust_bindings_human on trust_bindings (human_id)",
+    `create table trust_link_requests (
+      id text primary key,
+      agent_did text not null,
+      agent_pubkey text not null,
+      agent_label text,
+      callback_url text,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      phase text not null,
+      state text not null,
+      binding_id text,
+      human_id text,
+      resolved_at ${bigint}
+    )`,
+    "create index trust_link_requests_expiry on trust_link_requests (expires_at)",
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
+}
+
+export function trustMigrations(engine: Engine): Record<string, Migration> {
+  return { "0001_initial": initial(engine) };
+}
+
+export interface TrustSchema {
+  trust_signing_keys: {
+    kid: string;
+    public_x: string;
+    private_enc: string;
+    created_at: number;
+    publish_at: number;
+    activate_at: number;
+  };
+  trust_humans: { id: string; created_at: number };
+  trust_verifications: {
+    human_id: string;
+    method: string;
+    subject: string;
+    created_at: number;
+    revoked_at: number | null;
+  };
+  trust_bindings: {
+    id: string;
+    human_id: string;
+    agent_did: string;
+    agent_label: string | null;
+    created_at: number;
+    last_mint_at: number | null;
+    expires_at: number;
+    revoked_at: number | null;
+  };
+  trust_link_requests: {
+    id: string;
+    agent_did: string;
+    agent_pubkey: string;
+    agent_label: string | null;
+    callback_url: string | null;
+    created_at: number;
+    expires_at: number;
+    phase: string;
+    state: string;
+    binding_id: string | null;
+    human_id: string | null;
+    resolved_at: number | null;
+  };
+}
+
+export type SigningKeyRow = TrustSchema["trust_signing_keys"];
+export type BindingRow = TrustSchema["trust_bindings"];
+export type LinkRequestRow = TrustSchema["trust_link_requests"];

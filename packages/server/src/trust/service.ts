@@ -1,0 +1,346 @@
+import { createHmac, verify as ed25519Verify } from "node:crypto";
+import {
+  createRequestVerifier,
+  decodeBase64url,
+  decodeDidKey,
+  isDidSyntax,
+  type NonceStore,
+  normalizeRecipient,
+  publicKeyFromRaw,
+  type RawRequest,
+  type RequestVerifier,
+  VERIFICATION_METHODS,
+  type VerificationMethod,
+} from "@proto/protocol";
+import { SignJWT } from "jose";
+import type { Clock } from "../platform/clock.js";
+import type { Database } from "../platform/database.js";
+import { isUniqueViolation } from "../platform/database.js";
+import { ApiError, invalidRequest, notFound, rateLimited, unauthorized } from "../platform/errors.js";
+import { type RateLimiter, rateLimitKey } from "../platform/rate-limit.js";
+import { randomToken } from "../platform/tokens.js";
+import type { KeyRing } from "./keys.js";
+import type { BindingRow, TrustSchema } from "./migrations.js";
+import type { TrustSettings } from "./settings.js";
+import * as store from "./store.js";
+
+export const ATTESTATION_ISSUER = "proto-trust";
+
+export interface LinkStartInput {
+  agent_did: string;
+  agent_pubkey_b64: string;
+  agent_label?: string | undefined;
+  callback_url?: string | undefined;
+}
+
+export interface LinkStarted {
+  req_id: string;
+  link_url: string;
+  poll_url: string;
+  expires_in: number;
+}
+
+export type LinkPollResult =
+  | { state: "pending"; phase: "awaiting_signin" | "awaiting_confirm" }
+  | { state: "confirmed"; binding_id: string; binding_token_expires_at: number };
+
+export interface Minted {
+  jwt: string;
+  expires_at: number;
+  verification: VerificationMethod;
+  binding_expires_at: number;
+}
+
+const linkExpired = () =>
+  new ApiError(410, "link_request_expired", "the link request has expired or was already retrieved");
+const seconds = (ms: number) => Math.floor(ms / 1000);
+
+/** `payment` > `oauth` > `email` (decisions §5). */
+export function strongestMethod(methods: readonly string[]): VerificationMethod | undefined {
+  for (const method of [...VERIFICATION_METHODS].reverse()) if (methods.includes(method)) return method;
+  return undefined;
+}
+
+/** A loopback callback: `http` to 127.0.0.1 or localhost, nothing else. */
+export function checkCallbackUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw invalidRequest("callback_url must be an absolute URL");
+  }
+  if (url.protocol !== "http:" || (url.hostname !== "127.0.0.1" && url.hostname !== "localhost")) {
+    throw invalidRequest("callback_url must be http://127.0.0.1 or http://localhost (loopback only)");
+  }
+  if (url.username !== "" || url.password !== "" || url.hash !== "") {
+    throw invalidRequest("callback_url must not carry credentials or a fragment");
+  }
+  return url.href;
+}
+
+export interface TrustServiceDeps {
+  database: Database<TrustSchema>;
+  clock: Clock;
+  keys: KeyRing;
+  limiter: RateLimiter;
+  nonceStore: NonceStore;
+  pseudonymKey: Buffer;
+  publicUrl: string;
+  settings: TrustSettings;
+}
+
+/** The attestor's agent-facing rules, free of HTTP. */
+export class TrustService {
+  readonly #deps: TrustServiceDeps;
+  readonly #verifier: RequestVerifier;
+  readonly tokenUrl: string;
+
+  constructor(deps: TrustServiceDeps) {
+    this.#deps = deps;
+    this.tokenUrl = `${deps.publicUrl}/v1/token`;
+    this.#verifier = createRequestVerifier({ nonceStore: deps.nonceStore, now: () => deps.clock.now() });
+  }
+
+  get #db() {
+    return this.#deps.database.db;
+  }
+
+  #now(): number {
+    return this.#deps.clock.now();
+  }
+
+  /** The pairwise pseudonym of a human for one audience (decisions §4). */
+  pseudonym(humanId: string, audience: string): string {
+    return createHmac("sha256", this.#deps.pseudonymKey).update(`${humanId}:${audience}`).digest("base64url");
+  }
+
+  async linkStart(input: LinkStartInput): Promise<LinkStarted> {
+    if (!isDidSyntax(input.agent_did)) throw invalidRequest("agent_did must be a did:key or did:web DID");
+    const publicKey = decodeBase64url(input.agent_pubkey_b64);
+    if (publicKey === undefined || publicKey.length !== 32) {
+      throw invalidRequest("agent_pubkey_b64 must be a 32-byte Ed25519 key in base64url without padding");
+    }
+    if (input.agent_did.startsWith("did:key:")) {
+      const fromDid = decodeDidKey(input.agent_did);
+      if (Buffer.compare(Buffer.from(fromDid), Buffer.from(publicKey)) !== 0) {
+        throw invalidRequest("agent_did does not derive from agent_pubkey_b64");
+      }
+    }
+    const callbackUrl = input.callback_url === undefined ? null : checkCallbackUrl(input.callback_url);
+    const decision = await this.#deps.limiter.hit(
+      this.#deps.settings.rateLimits.linkStartPerAgent,
+      rateLimitKey("agent", input.agent_did),
+    );
+    if (!decision.allowed) throw rateLimited(decision.retryAfterSeconds, "too many link requests for this agent");
+    const now = this.#now();
+    const id = randomToken("lr_", 16);
+    await store.insertLinkRequest(this.#db, {
+      id,
+      agent_did: input.agent_did,
+      agent_pubkey: input.agent_pubkey_b64,
+      agent_label: input.agent_label ?? null,
+      callback_url: callbackUrl,
+      created_at: now,
+      expires_at: now + this.#deps.settings.linkTtlSeconds * 1000,
+      phase: "awaiting_signin",
+      state: "pending",
+      binding_id: null,
+      human_id: null,
+      resolved_at: null,
+    });
+    return {
+      req_id: id,
+      link_url: `${this.#deps.publicUrl}/link?req=${encodeURIComponent(id)}`,
+      poll_url: `${this.#deps.publicUrl}/v1/link/poll`,
+      expires_in: this.#deps.settings.linkTtlSeconds,
+    };
+  }
+
+  async linkPoll(reqId: string, signatureB64: string): Promise<LinkPollResult> {
+    const request = await store.findLinkRequest(this.#db, reqId);
+    if (request === undefined) throw notFound("no such link request");
+    const signature = decodeBase64url(signatureB64);
+    const key = decodeBase64url(request.agent_pubkey);
+    if (
+      signature === undefined ||
+      signature.length !== 64 ||
+      key === undefined ||
+      !ed25519Verify(null, Buffer.from(reqId, "utf8"), publicKeyFromRaw(key), signature)
+    ) {
+      throw new ApiError(401, "invalid_signature", "the signature over req_id does not verify with the agent key");
+    }
+    if (request.state === "confirmed") {
+      if (!(await store.transitionLinkRequest(this.#db, reqId, "confirmed", { state: "retrieved" })))
+        throw linkExpired();
+      const binding = request.binding_id === null ? undefined : await store.findBinding(this.#db, request.binding_id);
+      if (binding === undefined) throw linkExpired();
+      return { state: "confirmed", binding_id: binding.id, binding_token_expires_at: seconds(binding.expires_at) };
+    }
+    if (request.state !== "pending" || request.expires_at <= this.#now()) throw linkExpired();
+    return { state: "pending", phase: request.phase === "awaiting_confirm" ? "awaiting_confirm" : "awaiting_signin" };
+  }
+
+  /** The human opened the link page: the phase hint moves on. */
+  async markLinkOpened(reqId: string): Promise<void> {
+    await store.markLinkOpened(this.#db, reqId);
+  }
+
+  async findOrCreateHuman(method: string, subject: string): Promise<string> {
+    return this.#db.transaction().execute(async (trx) => {
+      const existing = await store.findVerification(trx, method, subject);
+      const now = this.#now();
+      if (existing !== undefined) {
+        await store.upsertVerification(trx, existing.human_id, method, subject, now);
+        return existing.human_id;
+      }
+      const id = randomToken("hum_", 16);
+      await store.insertHuman(trx, id, now);
+      await store.upsertVerification(trx, id, method, subject, now);
+      return id;
+    });
+  }
+
+  async humanByEmail(email: string): Promise<string | undefined> {
+    const subject = canonicalEmail(email);
+    return (await store.findVerification(this.#db, "email", subject))?.human_id;
+  }
+
+  async findOrCreateHumanByEmail(email: string): Promise<string> {
+    return this.findOrCreateHuman("email", canonicalEmail(email));
+  }
+
+  /**
+   * A human confirms a link request: the agent DID gets a binding to them (decisions §2: one live
+   * binding per agent DID; the same human re-linking replaces theirs; a lapsed binding of anyone
+   * gives way).
+   */
+  async confirmLink(reqId: string, humanId: string): Promise<{ binding_id: string; callback_url: string | null }> {
+    try {
+      return await this.#db.transaction().execute(async (trx) => {
+        const request = await store.findLinkRequest(trx, reqId);
+        const now = this.#now();
+        if (request === undefined) throw notFound("no such link request");
+        if (request.state !== "pending" || request.expires_at <= now) throw linkExpired();
+        const live = await store.liveBindingForAgent(trx, request.agent_did);
+        if (live !== undefined) {
+          if (live.human_id !== humanId && live.expires_at > now) {
+            throw new ApiError(409, "agent_already_bound", "this agent is already linked to another person");
+          }
+          await store.revokeBinding(trx, live.id, now);
+        }
+        const binding: BindingRow = {
+          id: randomToken("bnd_", 16),
+          human_id: humanId,
+          agent_did: request.agent_did,
+          agent_label: request.agent_label,
+          created_at: now,
+          last_mint_at: null,
+          expires_at: now + this.#deps.settings.bindingInactivitySeconds * 1000,
+          revoked_at: null,
+        };
+        await store.insertBinding(trx, binding);
+        const moved = await store.transitionLinkRequest(trx, reqId, "pending", {
+          state: "confirmed",
+          binding_id: binding.id,
+          human_id: humanId,
+          resolved_at: now,
+        });
+        if (!moved) throw linkExpired();
+        return { binding_id: binding.id, callback_url: request.callback_url };
+      });
+    } catch (error) {
+      if (isUniqueViolation(error)) {
+        throw new ApiError(409, "agent_already_bound", "this agent is already linked to another person");
+      }
+      throw error;
+    }
+  }
+
+  async declineLink(reqId: string): Promise<void> {
+    await store.transitionLinkRequest(this.#db, reqId, "pending", { state: "declined", resolved_at: this.#now() });
+  }
+
+  /** `POST /v1/token`: a signed request from an agent becomes an attestation for `aud`. */
+  async mint(request: RawRequest): Promise<Minted> {
+    const verified = await this.#verifier.verify(request, { url: this.tokenUrl });
+    const agentDid = verified.keyid;
+    let body: unknown;
+    try {
+      body = JSON.parse(Buffer.from(verified.body ?? new Uint8Array()).toString("utf8"));
+    } catch {
+      throw invalidRequest("the body must be a JSON object with aud");
+    }
+    const aud = (body as { aud?: unknown } | null)?.aud;
+    if (typeof aud !== "string" || aud.length > 2048 || !/^did:(web|key):.+/.test(aud) || !isDidSyntax(aud)) {
+      throw invalidRequest("aud must be the destination service DID (did:web: or did:key:)");
+    }
+    const binding = await store.latestBindingForAgent(this.#db, agentDid);
+    const now = this.#now();
+    if (binding === undefined) throw unauthorized("this agent is not linked to a person; run the link flow");
+    if (binding.revoked_at !== null) throw new ApiError(403, "binding_revoked", "the person revoked this binding");
+    if (binding.expires_at <= now) throw new ApiError(410, "binding_expired", "the binding lapsed; link again");
+    const verification = strongestMethod(await store.activeMethods(this.#db, binding.human_id));
+    if (verification === undefined) {
+      throw new ApiError(403, "verification_required", "the person has no active verification method");
+    }
+    const daily = await this.#deps.limiter.hit(
+      this.#deps.settings.rateLimits.tokenPerBinding,
+      rateLimitKey("binding", binding.id),
+    );
+    if (!daily.allowed) throw rateLimited(daily.retryAfterSeconds, "the daily token limit of this binding is reached");
+
+    const bindingExpiresAt = now + this.#deps.settings.bindingInactivitySeconds * 1000;
+    if (!(await store.recordMint(this.#db, binding.id, now, bindingExpiresAt))) {
+      throw new ApiError(403, "binding_revoked", "the person revoked this binding");
+    }
+    await this.#deps.keys.fresh();
+    const key = this.#deps.keys.signingKey();
+    const iat = seconds(now);
+    const exp = iat + this.#deps.settings.attestationTtlSeconds;
+    const jwt = await new SignJWT({
+      iss: ATTESTATION_ISSUER,
+      aud,
+      sub: agentDid,
+      sub_h: this.pseudonym(binding.human_id, aud),
+      iat,
+      exp,
+      verification,
+    })
+      .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: key.kid })
+      .sign(key.privateKey);
+    return { jwt, expires_at: exp, verification, binding_expires_at: seconds(bindingExpiresAt) };
+  }
+
+  /** Revokes a binding on behalf of its human; answers the revocation time. */
+  async revokeBinding(bindingId: string, humanId: string | undefined): Promise<{ ok: true; revoked_at: string }> {
+    const binding = await store.findBinding(this.#db, bindingId);
+    if (binding === undefined || (humanId !== undefined && binding.human_id !== humanId)) {
+      throw notFound("no such binding");
+    }
+    const now = this.#now();
+    if (binding.revoked_at === null) await store.revokeBinding(this.#db, bindingId, now);
+    return { ok: true, revoked_at: new Date(binding.revoked_at ?? now).toISOString() };
+  }
+
+  /** Test hook: the binding lapses now. */
+  async expireBinding(bindingId: string): Promise<void> {
+    if (!(await store.setBindingExpiry(this.#db, bindingId, this.#now() - 1000))) throw notFound("no such binding");
+  }
+
+  /** Test hook: the person loses every verification method. */
+  async clearVerifications(email: string): Promise<void> {
+    const humanId = await this.humanByEmail(email);
+    if (humanId === undefined) throw notFound("no such person");
+    await store.revokeVerifications(this.#db, humanId, this.#now());
+  }
+
+  async purgeExpired(): Promise<void> {
+    await store.deleteOldLinkRequests(this.#db, this.#now() - 7 * 86400 * 1000);
+  }
+}
+
+export function canonicalEmail(email: string): string {
+  const result = normalizeRecipient({ type: "email", value: email });
+  if (!result.ok) throw invalidRequest(`email: ${result.reason}`);
+  return result.recipient.value as string;
+}

@@ -1,0 +1,41 @@
+import type { RateLimitRule } from "../platform/rate-limit.js";
+
+/** The spec's limits and lifetimes for the attestor; each can be changed by the operator. */
+export interface TrustSettings {
+  linkTtlSeconds: number;
+  bindingInactivitySeconds: number;
+  attestationTtlSeconds: number;
+  /** Minimum time a new key is published before it signs (spec: at least 900 s). */
+  keyPublishLeadSeconds: number;
+  /** Scheduled rotation: a new key once the newest is this old. */
+  keyRotationSeconds: number;
+  /** How often each replica reloads the key list (a rotation elsewhere is seen within it). */
+  keyRefreshSeconds: number;
+  rateLimits: {
+    linkStart: RateLimitRule;
+    linkStartPerAgent: RateLimitRule;
+    linkPoll: RateLimitRule;
+    token: RateLimitRule;
+    tokenPerBinding: RateLimitRule;
+    read: RateLimitRule;
+  };
+}
+
+export const MAX_ATTESTATION_TTL_SECONDS = 900;
+
+export const DEFAULT_TRUST_SETTINGS: TrustSettings = {
+  linkTtlSeconds: 1800,
+  bindingInactivitySeconds: 90 * 86400,
+  attestationTtlSeconds: 900,
+  keyPublishLeadSeconds: 900,
+  keyRotationSeconds: 30 * 86400,
+  keyRefreshSeconds: 30,
+  rateLimits: {
+    linkStart: { name: "trust.link_start", limit: 30, windowSeconds: 60 },
+    linkStartPerAgent: { name: "trust.link_start_agent", limit: 20, windowSeconds: 3600 },
+    linkPoll: { name: "trust.link_poll", limit: 60, windowSeconds: 60 },
+    token: { name: "trust.token", limit: 60, windowSeconds: 60 },
+    tokenPerBinding: { name: "trust.token_binding", limit: 10_000, windowSeconds: 86400 },
+    read: { name: "trust.read", limit: 600, windowSeconds: 60 },
+  },
+};
