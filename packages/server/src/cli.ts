@@ -59,24 +59,33 @@ async function rotateKeys(): Promise<void> {
   }
 }
 
+function parseOptions(args: string[]) {
+  try {
+    return parseArgs({
+      args,
+      options: {
+        port: { type: "string" },
+        "directory-port": { type: "string" },
+        "trust-port": { type: "string" },
+        host: { type: "string", default: "0.0.0.0" },
+        help: { type: "boolean", short: "h" },
+      },
+      strict: true,
+    });
+  } catch (error) {
+    // An unknown option or a missing value is a usage mistake (exit 2), not a failure to start.
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   if (command === "trust" && rest[0] === "rotate-keys") {
     await rotateKeys();
     return;
   }
-  const { values } = parseArgs({
-    args: rest,
-    options: {
-      port: { type: "string" },
-      "directory-port": { type: "string" },
-      "trust-port": { type: "string" },
-      host: { type: "string", default: "0.0.0.0" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-  });
-  if (values.help || command === undefined || command === "help") {
+  const { values } = parseOptions(rest);
+  if (values.help || command === undefined || command === "help" || command === "--help" || command === "-h") {
     process.stdout.write(`${USAGE}\n`);
     return;
   }

@@ -30,8 +30,11 @@ export function decodeCursor(cursor: string, filters: string): Position {
   const payload = Buffer.from(encodedPayload, "base64url").toString("utf8");
   const received = Buffer.from(encodedCheck, "base64url");
   const expected = check(payload, filters);
+  // Both parts must be in canonical form: base64url decoding ignores stray trailing characters and
+  // bits, so an altered cursor could otherwise still decode to the same bytes.
   if (
     Buffer.from(payload).toString("base64url") !== encodedPayload ||
+    received.toString("base64url") !== encodedCheck ||
     received.length !== expected.length ||
     !timingSafeEqual(received, expected)
   ) {

@@ -1,5 +1,6 @@
+import { createRequire } from "node:module";
 import { DISCOVERY_SCHEMA } from "@proto/protocol";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchemaCompiler } from "fastify";
 import { ApiError, invalidRequest } from "../platform/errors.js";
 import { rateLimitHook } from "../platform/http.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
@@ -18,6 +19,23 @@ export interface DirectoryRoutesOptions {
   publicUrl: string;
   adminToken: string | undefined;
 }
+
+/**
+ * The write routes validate their JSON bodies as sent. The server-wide Ajv coerces types, which
+ * query strings need, but in a JSON body it would store `"title": 42` as "42", `null` as "" and
+ * `"tags": [1]` as ["1"], and answer `"challenge_token": 1` with invalid_challenge: a body of the
+ * wrong types is invalid_request. This is Fastify's own compiler (loaded from where Fastify loads
+ * it, so no new dependency) with coercion off.
+ */
+type CompilerFactory = (external: object, options: { customOptions: object }) => FastifySchemaCompiler<unknown>;
+const fromFastify = createRequire(createRequire(import.meta.url).resolve("fastify"));
+const { AjvCompiler } = fromFastify("@fastify/ajv-compiler") as { AjvCompiler: () => CompilerFactory };
+const exactTypes = AjvCompiler()(
+  {},
+  {
+    customOptions: { coerceTypes: false, useDefaults: false, removeAdditional: false, allErrors: false },
+  },
+);
 
 const LIST_CACHE = "public, max-age=30, s-maxage=120";
 const ITEM_CACHE = "public, max-age=60, s-maxage=300";
@@ -93,6 +111,8 @@ export function parseRfc3339(value: string): number | undefined {
   const match = RFC3339.exec(value);
   if (match === null) return undefined;
   const [, y, mo, d, h, mi, s, fraction, zone] = match;
+  // Date.parse takes 24:00:00 as the next midnight; RFC 3339 hours end at 23.
+  if (Number(h) > 23) return undefined;
   const base = Date.parse(`${y}-${mo}-${d}T${h}:${mi}:${s}${zone === "z" || zone === "Z" ? "Z" : zone}`);
   if (Number.isNaN(base)) return undefined;
   const check = new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d)));
@@ -118,13 +138,17 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
 
   app.post<{ Body: { discovery_url: string } }>(
     "/v1/listings/challenge",
-    { schema: { body: challengeBody }, onRequest: rateLimitHook(limiter, limits.challenge) },
+    {
+      schema: { body: challengeBody },
+      validatorCompiler: exactTypes,
+      onRequest: rateLimitHook(limiter, limits.challenge),
+    },
     async (request) => service.issueChallenge(request.body.discovery_url),
   );
 
   app.post<{ Body: Submission }>(
     "/v1/listings",
-    { schema: { body: submitBody }, onRequest: rateLimitHook(limiter, limits.create) },
+    { schema: { body: submitBody }, validatorCompiler: exactTypes, onRequest: rateLimitHook(limiter, limits.create) },
     async (request, reply) => {
       const { created, session } = await service.submit(request.body);
       return reply.code(created ? 201 : 200).send(session);
@@ -135,6 +159,7 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
     "/v1/listings/:did",
     {
       schema: { params: didParams, body: patchBody },
+      validatorCompiler: exactTypes,
       onRequest: rateLimitHook(limiter, limits.write),
       // Credentials are judged before the body, so a caller without them learns nothing more.
       preValidation: async (request: FastifyRequest<{ Params: { did: string } }>) => {

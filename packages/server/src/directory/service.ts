@@ -249,6 +249,14 @@ export class DirectoryService {
     } catch (error) {
       throw err(400, "proof_fetch_failed", `could not fetch ${location.proofUrl}: ${describeFetchError(error)}`);
     }
+    // The proof is "HTTP 200": any other answer (a 204, a 206, ...) is not the proof file.
+    if (response.status !== 200) {
+      throw err(
+        400,
+        "proof_fetch_failed",
+        `${location.proofUrl} answered with HTTP status ${response.status}, not 200`,
+      );
+    }
     if (!isTextPlain(response.contentType)) {
       throw err(400, "proof_fetch_failed", `${location.proofUrl} must be served as text/plain`);
     }
@@ -272,13 +280,17 @@ export class DirectoryService {
   async #authorize(db: store.Db, serviceDid: string, bearer: string | undefined): Promise<ListingRow> {
     if (bearer === undefined) throw unauthorized("an Authorization: Bearer session token is required");
     const session = await store.findSession(db, hashToken(bearer));
-    const now = this.#clock.now();
-    if (session === undefined || session.revoked_at !== null || session.expires_at <= now) {
-      throw unauthorized("the session token is invalid, expired or revoked");
+    const invalid = unauthorized("the session token is invalid, expired or revoked");
+    if (session === undefined) throw invalid;
+    const live = session.revoked_at === null && session.expires_at > this.#clock.now();
+    if (session.service_did !== serviceDid) {
+      throw live ? forbidden("the session token is bound to another listing") : invalid;
     }
-    if (session.service_did !== serviceDid) throw forbidden("the session token is bound to another listing");
+    // A token issued for this very listing: once the listing is deleted (which revoked the token),
+    // the answer is 404, as decisions §6 has it, rather than a 401 that hides why.
     const listing = await store.findListing(db, serviceDid);
     if (listing === undefined || listing.status === "deleted") throw notFound("no listing for that DID");
+    if (!live) throw invalid;
     return listing;
   }
 
@@ -389,46 +401,63 @@ export class DirectoryService {
 
   async #revalidateOne(listing: ListingRow, counts: RevalidationCounts): Promise<void> {
     const leaseStart = this.#clock.now();
-    if (!(await store.leaseListing(this.#kdb, listing.id, leaseStart, leaseStart + 10 * 60 * 1000))) return;
+    const leaseUntil = leaseStart + 10 * 60 * 1000;
+    if (!(await store.leaseListing(this.#kdb, listing.id, leaseStart, leaseUntil))) return;
     counts.checked++;
     const outcome = await this.#check(listing);
-    const now = this.#clock.now();
-    const { intervalSeconds, staleAfterFailures, deleteAfterStaleSeconds } = this.#settings.revalidation;
-    const next_check_at = Math.max(listing.next_check_at + intervalSeconds * 1000, now + 1000);
-    const row: ListingRow = { ...listing, next_check_at, lease_until: null };
-    if (outcome.ok) {
-      counts.succeeded++;
-      const visibleChange = row.discovery_doc !== outcome.document || row.status !== "active";
-      Object.assign(row, { failure_count: 0, fetched_at: now, stale_since: null, status: "active" });
-      row.discovery_doc = outcome.document;
-      if (visibleChange) row.updated_at = now;
-    } else {
-      counts.failed++;
-      row.failure_count = listing.failure_count + 1;
-      if (row.status === "active" && row.failure_count >= staleAfterFailures) {
-        Object.assign(row, { status: "stale", stale_since: now, updated_at: now });
-        counts.became_stale++;
-      } else if (row.status === "stale" && (row.stale_since ?? now) + deleteAfterStaleSeconds * 1000 <= now) {
-        Object.assign(row, { status: "deleted", updated_at: now });
-        counts.deleted++;
+    await this.#kdb.transaction().execute(async (trx) => {
+      // The owner may have updated or withdrawn the listing while it was being fetched: the
+      // outcome applies to the row as it is now. A lease that is no longer ours means the row was
+      // registered again (or another pass took over); that writer's state stands.
+      const current = await this.#lockedListing(trx, listing.id);
+      if (current === undefined || current.lease_until !== leaseUntil) return;
+      if (current.status === "deleted") {
+        await store.saveBookkeeping(trx, current.id, { lease_until: null });
+        return;
       }
-    }
-    row.body = listingBody(row);
-    if (row.updated_at !== listing.updated_at || row.status !== listing.status) {
-      await this.#kdb.transaction().execute(async (trx) => {
+      const now = this.#clock.now();
+      const { intervalSeconds, staleAfterFailures, deleteAfterStaleSeconds } = this.#settings.revalidation;
+      const interval = intervalSeconds * 1000;
+      // On schedule, the next check keeps the cadence; after a gap (downtime, a backlog) it is one
+      // full interval from now, so missed days are not made up with a burst of fetches.
+      let next_check_at = current.next_check_at + interval;
+      if (next_check_at <= now) next_check_at = now + interval;
+      const row: ListingRow = { ...current, next_check_at, lease_until: null };
+      if (outcome.ok) {
+        counts.succeeded++;
+        const visibleChange = row.discovery_doc !== outcome.document || row.status !== "active";
+        Object.assign(row, { failure_count: 0, fetched_at: now, stale_since: null, status: "active" });
+        row.discovery_doc = outcome.document;
+        if (visibleChange) row.updated_at = now;
+      } else {
+        counts.failed++;
+        row.failure_count = current.failure_count + 1;
+        if (row.status === "active" && row.failure_count >= staleAfterFailures) {
+          Object.assign(row, { status: "stale", stale_since: now, updated_at: now });
+          counts.became_stale++;
+        } else if (row.status === "stale" && (row.stale_since ?? now) + deleteAfterStaleSeconds * 1000 <= now) {
+          Object.assign(row, { status: "deleted", updated_at: now });
+          counts.deleted++;
+        }
+      }
+      row.body = listingBody(row);
+      if (row.updated_at !== current.updated_at || row.status !== current.status) {
         await store.saveListing(trx, row);
         if (row.status === "deleted") await store.revokeSessions(trx, row.service_did, now);
-      });
-    } else {
-      const { failure_count, next_check_at: next, lease_until, fetched_at, body } = row;
-      await store.saveBookkeeping(this.#kdb, row.id, {
-        failure_count,
-        next_check_at: next,
-        lease_until,
-        fetched_at,
-        body,
-      });
-    }
+      } else {
+        const { failure_count, next_check_at: next, lease_until, fetched_at, body } = row;
+        await store.saveBookkeeping(trx, row.id, { failure_count, next_check_at: next, lease_until, fetched_at, body });
+      }
+    });
+  }
+
+  /**
+   * The listing row, locked until the transaction ends on PostgreSQL (SQLite runs one transaction
+   * at a time). TODO(store owner): move into store.ts as `findListingForUpdate`.
+   */
+  #lockedListing(trx: store.Db, id: number): Promise<ListingRow | undefined> {
+    const query = trx.selectFrom("dir_listings").selectAll().where("id", "=", id);
+    return (this.#db.engine === "postgres" ? query.forUpdate() : query).executeTakeFirst();
   }
 
   async #check(listing: ListingRow): Promise<{ ok: true; document: string } | { ok: false }> {

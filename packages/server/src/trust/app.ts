@@ -8,16 +8,22 @@ import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { TrustConfig } from "./config.js";
 import { KeyRing } from "./keys.js";
+import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
 import { type TrustSchema, trustMigrations } from "./migrations.js";
+import { oidcProvider } from "./oidc/provider.js";
 import { trustRoutes } from "./routes.js";
 import { TrustService } from "./service.js";
 import { MAX_ATTESTATION_TTL_SECONDS } from "./settings.js";
 import { registerTrustTestHooks } from "./test-hooks.js";
+import { humanPages, registerCookies } from "./web/plugin.js";
+import { SessionManager } from "./web/session.js";
 
 export interface TrustApp {
   app: FastifyInstance;
   service: TrustService;
   keys: KeyRing;
+  sessions: SessionManager;
+  mailer: Mailer;
   close(): Promise<void>;
 }
 
@@ -75,12 +81,41 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
   }
   const readiness = { accepting: true, check: () => database.ping() };
   registerHealthRoutes(app, readiness);
+  const sessions = new SessionManager({
+    db: database.db,
+    clock: parts.clock,
+    secure: config.secureCookies,
+    ttlSeconds: config.sessionTtlSeconds,
+  });
+  const mailer: Mailer =
+    config.smtpUrl === undefined
+      ? new OutboxMailer(() => app.log.info("a sign-in mail is waiting in the development outbox: open /dev/outbox"))
+      : smtpMailer(config.smtpUrl, config.mailFrom);
+  await registerCookies(app);
   await app.register(trustRoutes, {
     service,
     keys,
     limiter: parts.limiter,
     settings: config.settings,
-    humanOf: async () => undefined,
+    humanOf: async (request) => (await sessions.current(request))?.humanId,
+  });
+  await app.register(humanPages, {
+    service,
+    sessions,
+    mailer,
+    limiter: parts.limiter,
+    clock: parts.clock,
+    publicUrl: config.publicUrl,
+    signinOptions: () => [],
+    accountActions: () => [],
+  });
+  await app.register(oidcProvider, {
+    service,
+    sessions,
+    keys,
+    clock: parts.clock,
+    publicUrl: config.publicUrl,
+    clients: config.oidcClients,
   });
   if (parts.testClock !== undefined) {
     registerClockHook(app, parts.testClock);
@@ -102,12 +137,15 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     app,
     service,
     keys,
+    sessions,
+    mailer,
     async close() {
       readiness.accepting = false;
       clearInterval(timer);
       await app.close();
       await database.close();
       await parts.close();
+      mailer.close();
     },
   };
 }

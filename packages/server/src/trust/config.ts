@@ -1,5 +1,6 @@
 import { type PlatformConfig, readDatabaseUrl, readPlatformConfig } from "../platform/config.js";
 import { type Env, EnvReader } from "../platform/env.js";
+import { type OidcClient, parseOidcClients } from "./oidc/clients.js";
 import { dataDirectory, readTrustSecrets, type TrustSecrets } from "./secrets.js";
 import { DEFAULT_TRUST_SETTINGS, MAX_ATTESTATION_TTL_SECONDS, type TrustSettings } from "./settings.js";
 
@@ -10,6 +11,14 @@ export interface TrustConfig {
   databaseUrl: string;
   secrets: TrustSecrets;
   settings: TrustSettings;
+  /** Relying parties of the OpenID provider. */
+  oidcClients: OidcClient[];
+  /** `SMTP_URL`; without it (development only) mail goes to the outbox at `/dev/outbox`. */
+  smtpUrl: string | undefined;
+  mailFrom: string;
+  sessionTtlSeconds: number;
+  /** Cookies are `Secure` everywhere except development over plain http. */
+  secureCookies: boolean;
 }
 
 const RATE_LIMIT_NAMES = ["link_start", "link_start_agent", "link_poll", "token", "read"] as const;
@@ -69,6 +78,25 @@ export function readTrustConfig(env: Env = process.env, platform?: PlatformConfi
     rateLimits: readRateLimits(reader, dailyLimit),
   };
   const secrets = readTrustSecrets(reader, base.production, dataDirectory(databaseUrl));
+  const oidc = parseOidcClients(reader.string("TRUST_OIDC_CLIENTS"), base.production);
+  for (const problem of oidc.problems) reader.problem(problem);
+  const smtpUrl = reader.string("SMTP_URL");
+  if (smtpUrl !== undefined && !/^smtps?:\/\//.test(smtpUrl))
+    reader.problem("SMTP_URL must start with smtp:// or smtps://");
+  if (base.production && smtpUrl === undefined)
+    reader.problem("SMTP_URL is required when NODE_ENV=production (sign-in mail)");
+  const config: TrustConfig = {
+    platform: base,
+    publicUrl,
+    databaseUrl,
+    secrets,
+    settings,
+    oidcClients: oidc.clients,
+    smtpUrl,
+    mailFrom: reader.string("MAIL_FROM") ?? "proto trust <no-reply@localhost>",
+    sessionTtlSeconds: reader.integer("TRUST_SESSION_TTL_SECONDS", 14 * 86400, 300, 365 * 86400),
+    secureCookies: base.production || publicUrl.startsWith("https://"),
+  };
   reader.finish();
-  return { platform: base, publicUrl, databaseUrl, secrets, settings };
+  return config;
 }

@@ -63,11 +63,61 @@ function initial(engine: Engine): Migration {
   };
 }
 
-export function trustMigrations(engine: Engine): Record<string, Migration> {
-  return { "0001_initial": initial(engine) };
+/** The human side: browser sessions, e-mail sign-in links, OpenID codes, upstream sign-in state. */
+function humanSide(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    `create table trust_sessions (
+      id_hash text primary key,
+      human_id text not null references trust_humans (id),
+      created_at ${bigint} not null,
+      auth_at ${bigint} not null,
+      auth_method text not null,
+      expires_at ${bigint} not null,
+      revoked_at ${bigint}
+    )`,
+    "create index trust_sessions_human on trust_sessions (human_id)",
+    `create table trust_magic_links (
+      token_hash text primary key,
+      email text not null,
+      next text not null,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      used_at ${bigint}
+    )`,
+    `create table trust_oidc_codes (
+      code_hash text primary key,
+      client_id text not null,
+      redirect_uri text not null,
+      code_challenge text not null,
+      nonce text,
+      human_id text not null,
+      auth_at ${bigint} not null,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      used_at ${bigint}
+    )`,
+    `create table trust_upstream_states (
+      state_hash text primary key,
+      nonce text not null,
+      next text not null,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      used_at ${bigint}
+    )`,
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
 }
 
-export interface TrustSchema {
+export function trustMigrations(engine: Engine): Record<string, Migration> {
+  return { "0001_initial": initial(engine), "0002_human_side": humanSide(engine) };
+}
+
+export interface TrustSchema extends HumanSideSchema {
   trust_signing_keys: {
     kid: string;
     public_x: string;
@@ -107,6 +157,46 @@ export interface TrustSchema {
     binding_id: string | null;
     human_id: string | null;
     resolved_at: number | null;
+  };
+}
+
+export interface HumanSideSchema {
+  trust_sessions: {
+    id_hash: string;
+    human_id: string;
+    created_at: number;
+    auth_at: number;
+    auth_method: string;
+    expires_at: number;
+    revoked_at: number | null;
+  };
+  trust_magic_links: {
+    token_hash: string;
+    email: string;
+    next: string;
+    created_at: number;
+    expires_at: number;
+    used_at: number | null;
+  };
+  trust_oidc_codes: {
+    code_hash: string;
+    client_id: string;
+    redirect_uri: string;
+    code_challenge: string;
+    nonce: string | null;
+    human_id: string;
+    auth_at: number;
+    created_at: number;
+    expires_at: number;
+    used_at: number | null;
+  };
+  trust_upstream_states: {
+    state_hash: string;
+    nonce: string;
+    next: string;
+    created_at: number;
+    expires_at: number;
+    used_at: number | null;
   };
 }
 

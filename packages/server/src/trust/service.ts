@@ -105,6 +105,10 @@ export class TrustService {
     return this.#deps.database.db;
   }
 
+  get database(): Database<TrustSchema> {
+    return this.#deps.database;
+  }
+
   #now(): number {
     return this.#deps.clock.now();
   }
@@ -320,6 +324,33 @@ export class TrustService {
     const now = this.#now();
     if (binding.revoked_at === null) await store.revokeBinding(this.#db, bindingId, now);
     return { ok: true, revoked_at: new Date(binding.revoked_at ?? now).toISOString() };
+  }
+
+  /** What the account page shows: methods in force and every binding, newest first. */
+  async accountOf(humanId: string) {
+    const verifications = await this.#db
+      .selectFrom("trust_verifications")
+      .select(["method", "subject", "created_at"])
+      .where("human_id", "=", humanId)
+      .where("revoked_at", "is", null)
+      .orderBy("created_at")
+      .execute();
+    const bindings = await this.#db
+      .selectFrom("trust_bindings")
+      .selectAll()
+      .where("human_id", "=", humanId)
+      .orderBy("created_at", "desc")
+      .limit(200)
+      .execute();
+    return {
+      verifications: verifications.map((v) => ({
+        method: v.method,
+        created_at: v.created_at,
+        // The address is the person's own; provider and payment references are not shown.
+        label: v.method === "email" ? v.subject : undefined,
+      })),
+      bindings,
+    };
   }
 
   /** Test hook: the binding lapses now. */

@@ -1,3 +1,4 @@
+import assert from "node:assert/strict";
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto";
 import { Writable } from "node:stream";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
@@ -6,6 +7,35 @@ import { buildTrustApp, type TrustApp } from "../../src/trust/app.js";
 import { readTrustConfig } from "../../src/trust/config.js";
 import type { HttpResult, RequestOptions } from "./directory.js";
 import { createTestDatabase, REDIS_URL, type StoreVariant, type TestDatabase, uniquePrefix } from "./stores.js";
+
+/** The key-encryption key every harness is configured with (tests read sealed rows with it). */
+export const TEST_KEY_ENCRYPTION_KEY = Buffer.alloc(32, 7);
+export const TEST_PSEUDONYM_KEY = Buffer.alloc(32, 9);
+
+/**
+ * `TRUST_RATE_LIMITS` high enough that suites not about limits never meet one (every request of
+ * a suite comes from 127.0.0.1); the limiter stays on.
+ */
+export const RELAXED_RATE_LIMITS = "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60";
+
+/** Asserts the attestor's error envelope: status, code, a message, JSON, nothing else at the top. */
+export function assertError(result: HttpResult, status: number, code: string): void {
+  assert.equal(result.status, status, result.text);
+  assert.match(result.headers.get("content-type") ?? "", /^application\/json/);
+  assert.deepEqual(Object.keys(result.json), ["error"], result.text);
+  assert.equal(result.json.error.code, code, result.text);
+  assert.equal(typeof result.json.error.message, "string");
+  assert.ok(result.json.error.message.length > 0);
+}
+
+/** `Retry-After` is present and a whole number of seconds within [min, max]. */
+export function assertRetryAfter(result: HttpResult, min: number, max: number): number {
+  const value = result.headers.get("retry-after");
+  assert.match(value ?? "", /^\d+$/, `Retry-After ${value}`);
+  const seconds = Number(value);
+  assert.ok(seconds >= min && seconds <= max, `Retry-After ${seconds} not within [${min}, ${max}]`);
+  return seconds;
+}
 
 export interface Agent {
   did: string;
@@ -24,9 +54,15 @@ export interface TrustHarness {
   /** `{trust_url}` as configured: what agents sign for. */
   publicUrl: string;
   variant: StoreVariant;
+  /** The attestor's database URL (`sqlite:PATH` or `postgres://...`), for tests that read it directly. */
+  databaseUrl: string;
   app: TrustApp;
   request(method: string, path: string, options?: RequestOptions): Promise<HttpResult>;
   advance(seconds: number): Promise<void>;
+  /** The attestor's clock, in milliseconds since the epoch. */
+  nowMs(): Promise<number>;
+  /** Moves the clock to one second past the start of the next fixed window of `seconds` (rate limits). */
+  alignTo(seconds: number): Promise<void>;
   /** A link started, confirmed through the test hook as `email`, and polled: the agent can mint. */
   link(agent?: Agent, email?: string): Promise<{ agent: Agent; bindingId: string; reqId: string }>;
   startLink(agent: Agent, extra?: Record<string, unknown>): Promise<HttpResult>;
@@ -38,7 +74,10 @@ export interface TrustHarness {
 }
 
 export interface MintOptions {
+  /** The body that is signed (and sent, unless `sentBody` says otherwise). */
   body?: string;
+  /** Sent instead of the signed body: a body altered after signing. */
+  sentBody?: string;
   url?: string;
   created?: number;
   expires?: number;
@@ -56,17 +95,22 @@ const quiet = () =>
 
 export async function startTrustHarness(
   variant: StoreVariant,
-  options: { env?: Record<string, string> } = {},
+  options: {
+    env?: Record<string, string>;
+    /** A database the caller owns (kept on close), e.g. to restart the attestor on the same data. */
+    database?: TestDatabase;
+  } = {},
 ): Promise<TrustHarness> {
-  const database: TestDatabase = await createTestDatabase(variant.engine);
+  const ownsDatabase = options.database === undefined;
+  const database: TestDatabase = options.database ?? (await createTestDatabase(variant.engine));
   const redisPrefix = uniquePrefix("trust");
   const publicUrl = "https://trust.test";
   const env: Record<string, string> = {
     PROTO_TEST_HOOKS: "1",
     TRUST_PUBLIC_URL: publicUrl,
     TRUST_DATABASE_URL: database.url,
-    TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
-    TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
+    TRUST_KEY_ENCRYPTION_KEY: TEST_KEY_ENCRYPTION_KEY.toString("base64url"),
+    TRUST_PSEUDONYM_KEY: TEST_PSEUDONYM_KEY.toString("base64url"),
     LOG_LEVEL: "warn",
     ...(variant.redis && REDIS_URL ? { REDIS_URL } : {}),
     ...options.env,
@@ -81,6 +125,7 @@ export async function startTrustHarness(
     url,
     publicUrl,
     variant,
+    databaseUrl: database.url,
     app,
     async request(method, path, options = {}) {
       const headers: Record<string, string> = { ...options.headers };
@@ -102,6 +147,16 @@ export async function startTrustHarness(
     async advance(seconds) {
       const result = await harness.request("POST", "/__test/clock", { body: { advance_seconds: seconds } });
       if (result.status !== 200) throw new Error(`clock hook answered ${result.status}`);
+    },
+    async nowMs() {
+      const result = await harness.request("POST", "/__test/clock", { body: {} });
+      if (result.status !== 200) throw new Error(`clock hook answered ${result.status}`);
+      return Date.parse(result.json.now as string);
+    },
+    async alignTo(seconds) {
+      const now = await harness.nowMs();
+      const windowMs = seconds * 1000;
+      await harness.advance((windowMs - (now % windowMs) + 1000) / 1000);
     },
     hook(path, body) {
       return harness.request("POST", path, { body });
@@ -143,11 +198,11 @@ export async function startTrustHarness(
         ...(options.unsigned ? {} : signed.headers),
         ...options.headers,
       };
-      return harness.request("POST", "/v1/token", { rawBody: body, headers });
+      return harness.request("POST", "/v1/token", { rawBody: options.sentBody ?? body, headers });
     },
     async close() {
       await app.close();
-      await database.drop();
+      if (ownsDatabase) await database.drop();
       if (variant.redis && REDIS_URL) {
         const redis = new Redis(REDIS_URL);
         const keys = await redis.keys(`${redisPrefix}*`);

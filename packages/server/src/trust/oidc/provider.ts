@@ -1,0 +1,242 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { SignJWT } from "jose";
+import type { Clock } from "../../platform/clock.js";
+import { hashToken, randomToken } from "../../platform/tokens.js";
+import type { KeyRing } from "../keys.js";
+import type { TrustService } from "../service.js";
+import { sendMessage } from "../web/layout.js";
+import type { SessionManager } from "../web/session.js";
+import type { OidcClient } from "./clients.js";
+
+export const CODE_TTL_SECONDS = 120;
+export const ID_TOKEN_TTL_SECONDS = 300;
+const PKCE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
+const PKCE_VERIFIER = /^[A-Za-z0-9\-._~]{43,128}$/;
+
+export interface OidcProviderDeps {
+  service: TrustService;
+  sessions: SessionManager;
+  keys: KeyRing;
+  clock: Clock;
+  publicUrl: string;
+  clients: OidcClient[];
+}
+
+export function openidConfiguration(trustUrl: string) {
+  return {
+    issuer: trustUrl,
+    authorization_endpoint: `${trustUrl}/oidc/authorize`,
+    token_endpoint: `${trustUrl}/oidc/token`,
+    jwks_uri: `${trustUrl}/.well-known/jwks.json`,
+    scopes_supported: ["openid"],
+    response_types_supported: ["code"],
+    grant_types_supported: ["authorization_code"],
+    subject_types_supported: ["pairwise"],
+    id_token_signing_alg_values_supported: ["EdDSA"],
+    code_challenge_methods_supported: ["S256"],
+    token_endpoint_auth_methods_supported: ["none"],
+    claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce"],
+  };
+}
+
+class OAuthError extends Error {
+  constructor(
+    readonly error: string,
+    readonly description: string,
+    readonly status = 400,
+  ) {
+    super(description);
+  }
+}
+
+interface AuthorizeQuery {
+  client_id?: string;
+  redirect_uri?: string;
+  response_type?: string;
+  scope?: string;
+  code_challenge?: string;
+  code_challenge_method?: string;
+  state?: string;
+  nonce?: string;
+  prompt?: string;
+  max_age?: string;
+}
+
+type TokenBody = Partial<Record<"grant_type" | "code" | "code_verifier" | "client_id" | "redirect_uri", unknown>>;
+
+function s256(verifier: string): string {
+  return createHash("sha256").update(verifier, "ascii").digest("base64url");
+}
+
+function redirectWith(reply: FastifyReply, redirectUri: string, params: Record<string, string | undefined>) {
+  const url = new URL(redirectUri);
+  for (const [key, value] of Object.entries(params)) if (value !== undefined) url.searchParams.set(key, value);
+  return reply.header("cache-control", "no-store").redirect(url.href, 302);
+}
+
+/** The OpenID provider of spec `trust.md`: Authorization Code with PKCE (S256), public clients. */
+export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps): Promise<void> {
+  const { service, sessions, keys, clock, publicUrl } = deps;
+  const db = service.database.db;
+  const clients = new Map(deps.clients.map((c) => [c.client_id, c]));
+  const configuration = JSON.stringify(openidConfiguration(publicUrl));
+
+  app.get("/.well-known/openid-configuration", async (_request, reply) =>
+    reply
+      .header("cache-control", "public, max-age=300")
+      .header("access-control-allow-origin", "*")
+      .type("application/json; charset=utf-8")
+      .send(configuration),
+  );
+
+  // OAuth endpoints answer with OAuth error JSON, never the service envelope.
+  app.setErrorHandler((error: Error & { statusCode?: number; code?: string }, request, reply) => {
+    reply.header("cache-control", "no-store");
+    if (error instanceof OAuthError) {
+      return reply.code(error.status).send({ error: error.error, error_description: error.description });
+    }
+    if ((error.statusCode ?? 500) < 500) {
+      return reply.code(400).send({ error: "invalid_request", error_description: "the request could not be read" });
+    }
+    request.log.error({ err: error }, "oidc request failed");
+    return reply.code(500).send({ error: "server_error", error_description: "an unexpected error occurred" });
+  });
+
+  app.get<{ Querystring: AuthorizeQuery }>("/oidc/authorize", async (request, reply) => {
+    const q = request.query;
+    const client = typeof q.client_id === "string" ? clients.get(q.client_id) : undefined;
+    // Without a registered client and an exact redirect URI there is nowhere safe to send an error.
+    if (client === undefined) {
+      return sendMessage(reply, 400, "Unknown application", "The application that sent you here is not registered.");
+    }
+    if (typeof q.redirect_uri !== "string" || !client.redirect_uris.includes(q.redirect_uri)) {
+      return sendMessage(
+        reply,
+        400,
+        "Invalid redirect",
+        "The application asked to return to an address it has not registered.",
+      );
+    }
+    const redirectUri = q.redirect_uri;
+    const state = typeof q.state === "string" && q.state.length <= 1024 ? q.state : undefined;
+    const fail = (error: string, description: string) =>
+      redirectWith(reply, redirectUri, { error, error_description: description, state });
+    if (q.response_type !== "code") return fail("unsupported_response_type", "response_type must be code");
+    if (typeof q.scope !== "string" || !q.scope.split(" ").includes("openid")) {
+      return fail("invalid_scope", "scope must include openid");
+    }
+    if (q.code_challenge_method !== "S256")
+      return fail("invalid_request", "PKCE with code_challenge_method S256 is required");
+    if (typeof q.code_challenge !== "string" || !PKCE_CHALLENGE.test(q.code_challenge)) {
+      return fail("invalid_request", "code_challenge must be a S256 PKCE challenge");
+    }
+    if (q.nonce !== undefined && (typeof q.nonce !== "string" || q.nonce.length > 1024)) {
+      return fail("invalid_request", "nonce is too long");
+    }
+    const session = await sessions.current(request);
+    const maxAge = q.max_age === undefined ? undefined : Number(q.max_age);
+    const stale =
+      session !== undefined &&
+      maxAge !== undefined &&
+      Number.isFinite(maxAge) &&
+      clock.now() - session.authAt > maxAge * 1000;
+    if (session === undefined || stale || q.prompt === "login") {
+      if (q.prompt === "none") return fail("login_required", "the person is not signed in");
+      // Resume here after sign-in; `prompt=login` is dropped so the fresh session is accepted.
+      const resume = new URLSearchParams(request.query as Record<string, string>);
+      resume.delete("prompt");
+      if (session !== undefined) await sessions.signOut(request, reply);
+      return reply.redirect(`/signin?next=${encodeURIComponent(`/oidc/authorize?${resume.toString()}`)}`, 303);
+    }
+    const code = randomToken("", 32);
+    const now = clock.now();
+    await db
+      .insertInto("trust_oidc_codes")
+      .values({
+        code_hash: hashToken(code),
+        client_id: client.client_id,
+        redirect_uri: redirectUri,
+        code_challenge: q.code_challenge,
+        nonce: q.nonce ?? null,
+        human_id: session.humanId,
+        auth_at: session.authAt,
+        created_at: now,
+        expires_at: now + CODE_TTL_SECONDS * 1000,
+        used_at: null,
+      })
+      .execute();
+    return redirectWith(reply, redirectUri, { code, state });
+  });
+
+  app.post<{ Body: TokenBody }>("/oidc/token", async (request: FastifyRequest<{ Body: TokenBody }>, reply) => {
+    reply.header("cache-control", "no-store").header("pragma", "no-cache");
+    const body = (typeof request.body === "object" && request.body !== null ? request.body : {}) as TokenBody;
+    const field = (name: keyof TokenBody) => {
+      const value = body[name];
+      if (typeof value !== "string" || value.length === 0 || value.length > 2048) {
+        throw new OAuthError("invalid_request", `${name} is required`);
+      }
+      return value;
+    };
+    const grantType = field("grant_type");
+    if (grantType !== "authorization_code") throw new OAuthError("unsupported_grant_type", "only authorization_code");
+    const clientId = field("client_id");
+    const code = field("code");
+    const verifier = field("code_verifier");
+    const redirectUri = field("redirect_uri");
+    const client = clients.get(clientId);
+    if (client === undefined) throw new OAuthError("invalid_client", "unknown client", 401);
+    const now = clock.now();
+    const hash = hashToken(code);
+    // One atomic update redeems the code: of two concurrent redemptions exactly one gets a token.
+    const redeemed = await db
+      .updateTable("trust_oidc_codes")
+      .set({ used_at: now })
+      .where("code_hash", "=", hash)
+      .where("used_at", "is", null)
+      .where("expires_at", ">", now)
+      .executeTakeFirst();
+    if (Number(redeemed.numUpdatedRows) !== 1)
+      throw new OAuthError("invalid_grant", "the code is invalid, expired or used");
+    const row = await db
+      .selectFrom("trust_oidc_codes")
+      .selectAll()
+      .where("code_hash", "=", hash)
+      .executeTakeFirstOrThrow();
+    if (row.client_id !== clientId || row.redirect_uri !== redirectUri) {
+      throw new OAuthError("invalid_grant", "the code was issued to another client or redirect_uri");
+    }
+    const expected = Buffer.from(row.code_challenge);
+    const actual = Buffer.from(PKCE_VERIFIER.test(verifier) ? s256(verifier) : "");
+    if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
+      throw new OAuthError("invalid_grant", "code_verifier does not match the code_challenge");
+    }
+    await keys.fresh();
+    const key = keys.signingKey();
+    const iat = Math.floor(now / 1000);
+    const claims: Record<string, unknown> = {
+      iss: publicUrl,
+      aud: client.service_did,
+      sub: service.pseudonym(row.human_id, client.service_did),
+      iat,
+      exp: iat + ID_TOKEN_TTL_SECONDS,
+    };
+    if (row.nonce !== null) claims.nonce = row.nonce;
+    const idToken = await new SignJWT(claims)
+      .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: key.kid })
+      .sign(key.privateKey);
+    return {
+      // The spec's response is the id_token; a bearer access token is included because OAuth
+      // clients require one, and it grants nothing here (there is no userinfo or API behind it).
+      access_token: randomToken("", 32),
+      id_token: idToken,
+      token_type: "Bearer",
+      expires_in: ID_TOKEN_TTL_SECONDS,
+    };
+  });
+
+  app.get("/oidc/token", async (_request, reply) =>
+    reply.code(405).header("allow", "POST").send({ error: "invalid_request", error_description: "use POST" }),
+  );
+}

@@ -1,0 +1,62 @@
+import type { FastifyInstance } from "fastify";
+
+/** One stylesheet for every page: readable on a phone, visible focus, AA contrast. */
+const STYLESHEET = `
+:root { color-scheme: light dark; --fg: #1b1b1f; --bg: #ffffff; --muted: #4a4a55; --accent: #0b57d0;
+  --accent-fg: #ffffff; --border: #c4c4cc; --danger: #b3261e; --ok: #146c2e; --card: #f6f6f9; }
+@media (prefers-color-scheme: dark) { :root { --fg: #e6e6ea; --bg: #121216; --muted: #b9b9c4; --accent: #8ab4f8;
+  --accent-fg: #0b0b0f; --border: #44444c; --danger: #f2b8b5; --ok: #8fd19e; --card: #1d1d23; } }
+* { box-sizing: border-box; }
+body { margin: 0; font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); }
+main { max-width: 40rem; margin: 0 auto; padding: 1.5rem 1rem 3rem; }
+header.site { border-bottom: 1px solid var(--border); padding: .75rem 1rem; display: flex; justify-content: space-between; align-items: center; gap: 1rem; flex-wrap: wrap; }
+header.site a.brand { font-weight: 700; color: var(--fg); text-decoration: none; }
+h1 { font-size: 1.5rem; line-height: 1.25; margin: 0 0 1rem; }
+h2 { font-size: 1.15rem; margin: 2rem 0 .75rem; }
+p, dl, ul { margin: 0 0 1rem; }
+a { color: var(--accent); }
+label { display: block; font-weight: 600; margin-bottom: .25rem; }
+input[type=email], input[type=text] { width: 100%; font: inherit; padding: .6rem .7rem; border: 1px solid var(--border); border-radius: .4rem; background: var(--bg); color: var(--fg); }
+button, .button { font: inherit; font-weight: 600; padding: .6rem 1rem; border-radius: .4rem; border: 1px solid var(--accent); background: var(--accent); color: var(--accent-fg); cursor: pointer; text-decoration: none; display: inline-block; }
+button.secondary { background: transparent; color: var(--accent); }
+button.danger { background: transparent; color: var(--danger); border-color: var(--danger); }
+:focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
+.actions { display: flex; gap: .75rem; flex-wrap: wrap; margin-top: 1rem; }
+.card { background: var(--card); border: 1px solid var(--border); border-radius: .5rem; padding: 1rem; margin-bottom: 1rem; overflow-wrap: anywhere; }
+.muted { color: var(--muted); }
+.error { color: var(--danger); font-weight: 600; }
+.ok { color: var(--ok); font-weight: 600; }
+code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: .95em; overflow-wrap: anywhere; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
+dt { font-weight: 600; }
+dd { margin: 0; overflow-wrap: anywhere; }
+form.inline { display: inline; }
+.visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
+`;
+
+/** Copies `data-copy` values to the clipboard; the pages work without it. */
+const SCRIPT = `
+document.addEventListener("click", (event) => {
+  const button = event.target instanceof Element ? event.target.closest("[data-copy]") : null;
+  if (!button) return;
+  navigator.clipboard.writeText(button.getAttribute("data-copy") || "").then(() => {
+    const status = document.getElementById(button.getAttribute("aria-controls") || "");
+    if (status) status.textContent = "Copied";
+  });
+});
+`;
+
+export function registerAssets(app: FastifyInstance): void {
+  for (const [path, type, body] of [
+    ["/assets/site.css", "text/css; charset=utf-8", STYLESHEET],
+    ["/assets/site.js", "text/javascript; charset=utf-8", SCRIPT],
+  ] as const) {
+    app.get(path, async (_request, reply) =>
+      reply
+        .header("cache-control", "public, max-age=3600")
+        .header("x-content-type-options", "nosniff")
+        .type(type)
+        .send(body),
+    );
+  }
+}
