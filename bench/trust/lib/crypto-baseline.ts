@@ -2,7 +2,8 @@
  * The bare crypto work of one mint, single-threaded with node:crypto: one Ed25519 verify (of an
  * RFC 9421 signature base as an agent sends it), one Ed25519 sign (of a JWT signing input as the
  * attestor produces it) and one SHA-256 over a typical token-request body.
- * Forked by `bench/trust/mint.ts`; answers { type: "baseline", rounds: number[] } (ops/s per round).
+ * Forked by `bench/trust/mint.ts`; answers { type: "baseline", rounds: {wall, cpu}[] } (ops per second
+ * of wall time and of CPU time, per round).
  */
 import { createHash, generateKeyPairSync, randomBytes, sign, verify } from "node:crypto";
 import { performance } from "node:perf_hooks";
@@ -45,7 +46,9 @@ const signInputs = Array.from({ length: VARIANTS }, () => {
 });
 const bodyBytes = Buffer.from(body);
 
-function round(): number {
+/** Operations per second of wall time, and per second of this process's CPU time. */
+function round(): { wall: number; cpu: number } {
+  const cpu0 = process.cpuUsage();
   const start = performance.now();
   for (let i = 0; i < N; i++) {
     const v = verifyInputs[i % VARIANTS]!;
@@ -53,10 +56,12 @@ function round(): number {
     sign(null, signInputs[i % VARIANTS]!, attestor.privateKey);
     createHash("sha256").update(bodyBytes).digest();
   }
-  return N / ((performance.now() - start) / 1000);
+  const wallSeconds = (performance.now() - start) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  return { wall: N / wallSeconds, cpu: N / ((cpu.user + cpu.system) / 1e6) };
 }
 
 round(); // warm-up
-const rounds: number[] = [];
+const rounds: { wall: number; cpu: number }[] = [];
 for (let r = 0; r < ROUNDS; r++) rounds.push(round());
 process.send?.({ type: "baseline", rounds });

@@ -3,7 +3,7 @@
  * timed phase, so signing never competes with the server for CPU while it is measured:
  *   <- { type: "prepare", url, publicUrl, agents, created, phases: {name, count}[], connections, offset, audiences }
  *   -> { type: "prepared", ms }
- *   <- { type: "run", phase }  -> { type: "result", phase, ok, errors, elapsedMs, latencies }
+ *   <- { type: "run", phase }  -> { type: "result", phase, ok, errors, elapsedMs, cpuMs, latencies }
  * Requests cycle through the agents, so in-flight requests come from distinct agents.
  */
 import { performance } from "node:perf_hooks";
@@ -101,16 +101,26 @@ async function run(phase: string, connections: number): Promise<void> {
         }
       } catch (error) {
         latencies[i] = performance.now() - t0;
-        const code = `client:${error instanceof Error ? (error as { code?: string }).code ?? error.name : "error"}`;
+        const code = `client:${error instanceof Error ? ((error as { code?: string }).code ?? error.name) : "error"}`;
         errors[code] = (errors[code] ?? 0) + 1;
       }
     }
   }
+  const cpu0 = process.cpuUsage();
   const start = performance.now();
   await Promise.all(Array.from({ length: connections }, () => lane()));
   const elapsedMs = performance.now() - start;
+  const cpu = process.cpuUsage(cpu0);
   phases.delete(phase);
-  send({ type: "result", phase, ok, errors, elapsedMs, latencies: Array.from(latencies) });
+  send({
+    type: "result",
+    phase,
+    ok,
+    errors,
+    elapsedMs,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    latencies: Array.from(latencies),
+  });
 }
 
 let connections = 50;

@@ -192,6 +192,17 @@ for (const variant of STORE_VARIANTS) {
       assert.equal((await kids(h)).length, 3);
     });
 
+    test("concurrent rotations start one pending key, not several", async (t) => {
+      const h = await ownHarness(t, variant);
+      const [oldKid] = await kids(h);
+      const results = await Promise.all(Array.from({ length: 5 }, () => h.hook("/__test/keys/rotate", {})));
+      for (const result of results) assert.equal(result.status, 200, result.text);
+      const pending = new Set(results.map((r) => r.json.kid as string));
+      assert.equal(pending.size, 1, [...pending].join(", "));
+      assert.deepEqual(await kids(h), [oldKid as string, ...pending].sort());
+      assert.equal((await signingKeyRows(h)).length, 2);
+    });
+
     test("the key set never has zero keys, however much time passes", async (t) => {
       const h = await ownHarness(t, variant);
       const { agent } = await h.link();
@@ -264,7 +275,10 @@ describe("attestor configuration", () => {
     assert.equal(short.length, 1);
     assert.match(short[0] as string, /TRUST_KEY_ENCRYPTION_KEY/);
 
-    assert.deepEqual(secretProblems({ ...productionBase, TRUST_KEY_ENCRYPTION_KEY: keyA, TRUST_PSEUDONYM_KEY: keyB }), []);
+    assert.deepEqual(
+      secretProblems({ ...productionBase, TRUST_KEY_ENCRYPTION_KEY: keyA, TRUST_PSEUDONYM_KEY: keyB }),
+      [],
+    );
     // Both given: used as given (hex or base64url), no development file.
     const reader = new EnvReader({ TRUST_KEY_ENCRYPTION_KEY: keyA, TRUST_PSEUDONYM_KEY: keyB });
     const secrets = readTrustSecrets(reader, true, "/nonexistent");

@@ -18,7 +18,11 @@ const DAY = 86400;
 const email = (label: string) => `${label}-${Math.random().toString(36).slice(2)}@mail.test`;
 
 /** A link request started and confirmed through the hook as `who`, not yet polled. */
-async function startAndConfirm(h: TrustHarness, agent: Agent, who: string): Promise<{ reqId: string; bindingId: string }> {
+async function startAndConfirm(
+  h: TrustHarness,
+  agent: Agent,
+  who: string,
+): Promise<{ reqId: string; bindingId: string }> {
   const started = await h.startLink(agent);
   assert.equal(started.status, 200, started.text);
   const confirmed = await h.hook("/__test/link/confirm", { req_id: started.json.req_id, email: who });
@@ -77,7 +81,11 @@ for (const variant of STORE_VARIANTS) {
       assert.deepEqual((await h.poll(agent, reqId)).json, { state: "pending", phase: "awaiting_signin" });
       await h.advance(2);
       assertError(await h.poll(agent, reqId), 410, "link_request_expired");
-      assertError(await h.hook("/__test/link/confirm", { req_id: reqId, email: email("late") }), 410, "link_request_expired");
+      assertError(
+        await h.hook("/__test/link/confirm", { req_id: reqId, email: email("late") }),
+        410,
+        "link_request_expired",
+      );
       assertError(await h.poll(agent, reqId), 410, "link_request_expired");
     });
 
@@ -173,6 +181,24 @@ for (const variant of STORE_VARIANTS) {
       // The first human may still confirm it (a re-link).
       assert.equal((await h.hook("/__test/link/confirm", { req_id: reqId, email: firstHuman })).status, 200);
       assert.equal((await h.poll(agent, reqId)).json.state, "confirmed");
+    });
+
+    test("two humans confirming for one unbound agent at once: one binding, one 409", async () => {
+      const agent = newAgent();
+      const first = (await h.startLink(agent)).json.req_id as string;
+      const second = (await h.startLink(agent)).json.req_id as string;
+      const results = await Promise.all([
+        h.hook("/__test/link/confirm", { req_id: first, email: email("racer-a") }),
+        h.hook("/__test/link/confirm", { req_id: second, email: email("racer-b") }),
+      ]);
+      const statuses = results.map((r) => r.status).sort();
+      assert.deepEqual(statuses, [200, 409], results.map((r) => r.text).join(" | "));
+      assertError(results.find((r) => r.status === 409) as (typeof results)[number], 409, "agent_already_bound");
+      const winner = results[0]?.status === 200 ? first : second;
+      const loser = winner === first ? second : first;
+      assert.equal((await h.poll(agent, winner)).json.state, "confirmed");
+      assert.deepEqual((await h.poll(agent, loser)).json, { state: "pending", phase: "awaiting_signin" });
+      assert.equal((await h.mint(agent, "did:web:svc.test")).status, 200);
     });
 
     test("a revoked or lapsed binding gives way to another human", async () => {
@@ -352,6 +378,17 @@ for (const variant of STORE_VARIANTS) {
       await h.advance(60);
       assert.equal((await h.poll(agent, reqId)).status, 200);
     });
+
+    test("revoking a binding has its own budget: polling does not block it, nor it polling", async () => {
+      const agent = newAgent();
+      const reqId = (await h.startLink(agent)).json.req_id as string;
+      await h.alignTo(60);
+      // The human's revocation attempts (here without a session) do not spend the agent's polls...
+      for (let i = 0; i < 5; i++) assertError(await h.request("DELETE", "/v1/bindings/bnd_x"), 401, "unauthorized");
+      for (let i = 0; i < 60; i++) assert.equal((await h.poll(agent, reqId)).status, 200, `poll ${i + 1}`);
+      assertError(await h.poll(agent, reqId), 429, "rate_limited");
+      // ...and an agent that used up its polls does not lock its human out of revoking it.
+      assertError(await h.request("DELETE", "/v1/bindings/bnd_x"), 401, "unauthorized");
+    });
   });
 }
-

@@ -1,6 +1,5 @@
-import { createRequire } from "node:module";
 import { DISCOVERY_SCHEMA } from "@proto/protocol";
-import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchemaCompiler } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, invalidRequest } from "../platform/errors.js";
 import { rateLimitHook } from "../platform/http.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
@@ -19,23 +18,6 @@ export interface DirectoryRoutesOptions {
   publicUrl: string;
   adminToken: string | undefined;
 }
-
-/**
- * The write routes validate their JSON bodies as sent. The server-wide Ajv coerces types, which
- * query strings need, but in a JSON body it would store `"title": 42` as "42", `null` as "" and
- * `"tags": [1]` as ["1"], and answer `"challenge_token": 1` with invalid_challenge: a body of the
- * wrong types is invalid_request. This is Fastify's own compiler (loaded from where Fastify loads
- * it, so no new dependency) with coercion off.
- */
-type CompilerFactory = (external: object, options: { customOptions: object }) => FastifySchemaCompiler<unknown>;
-const fromFastify = createRequire(createRequire(import.meta.url).resolve("fastify"));
-const { AjvCompiler } = fromFastify("@fastify/ajv-compiler") as { AjvCompiler: () => CompilerFactory };
-const exactTypes = AjvCompiler()(
-  {},
-  {
-    customOptions: { coerceTypes: false, useDefaults: false, removeAdditional: false, allErrors: false },
-  },
-);
 
 const LIST_CACHE = "public, max-age=30, s-maxage=120";
 const ITEM_CACHE = "public, max-age=60, s-maxage=300";
@@ -140,7 +122,6 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
     "/v1/listings/challenge",
     {
       schema: { body: challengeBody },
-      validatorCompiler: exactTypes,
       onRequest: rateLimitHook(limiter, limits.challenge),
     },
     async (request) => service.issueChallenge(request.body.discovery_url),
@@ -148,7 +129,7 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
 
   app.post<{ Body: Submission }>(
     "/v1/listings",
-    { schema: { body: submitBody }, validatorCompiler: exactTypes, onRequest: rateLimitHook(limiter, limits.create) },
+    { schema: { body: submitBody }, onRequest: rateLimitHook(limiter, limits.create) },
     async (request, reply) => {
       const { created, session } = await service.submit(request.body);
       return reply.code(created ? 201 : 200).send(session);
@@ -159,7 +140,6 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
     "/v1/listings/:did",
     {
       schema: { params: didParams, body: patchBody },
-      validatorCompiler: exactTypes,
       onRequest: rateLimitHook(limiter, limits.write),
       // Credentials are judged before the body, so a caller without them learns nothing more.
       preValidation: async (request: FastifyRequest<{ Params: { did: string } }>) => {

@@ -1,4 +1,6 @@
 import { ProtoError } from "@proto/protocol";
+import Ajv from "ajv";
+import addFormats from "ajv-formats";
 import Fastify, {
   type FastifyError,
   type FastifyInstance,
@@ -84,8 +86,20 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     routerOptions: { maxParamLength: 2048 },
-    ajv: { customOptions: { coerceTypes: true, removeAdditional: false, allErrors: false } },
   });
+
+  // Query strings and path parameters are text and are coerced to the schema's types; JSON bodies
+  // are validated exactly as sent, so `"title": 42` or `"tags": [1]` is invalid, never "42".
+  const ajvFor = (coerceTypes: boolean) => {
+    const ajv = new Ajv.default({ coerceTypes, useDefaults: true, removeAdditional: false, allErrors: false, strict: false });
+    addFormats.default(ajv);
+    return ajv;
+  };
+  const exact = ajvFor(false);
+  const coercing = ajvFor(true);
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    (httpPart === "body" ? exact : coercing).compile(schema as Record<string, unknown>),
+  );
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError =

@@ -69,6 +69,7 @@ export class KeyRing {
   #keys: LoadedKey[] = [];
   #loadedAt = Number.NEGATIVE_INFINITY;
   #loading: Promise<void> | undefined;
+  #rotation: Promise<unknown> = Promise.resolve();
 
   constructor(options: KeyRingOptions) {
     this.#options = options;
@@ -134,7 +135,14 @@ export class KeyRing {
    * Starts a rotation: a new key published now that signs only after the lead time. A rotation
    * already under way (a key published but not yet active) is reused, never doubled.
    */
-  async rotate(): Promise<{ kid: string; publish_at: number; activate_at: number }> {
+  rotate(): Promise<{ kid: string; publish_at: number; activate_at: number }> {
+    // One at a time: two rotations checking for a pending key together would each insert one.
+    const run = this.#rotation.then(() => this.#rotateNow());
+    this.#rotation = run.catch(() => undefined);
+    return run;
+  }
+
+  async #rotateNow(): Promise<{ kid: string; publish_at: number; activate_at: number }> {
     await this.reload();
     const now = this.#options.clock.now();
     const pending = this.#keys.find((k) => k.row.activate_at > now);

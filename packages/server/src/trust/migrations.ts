@@ -114,10 +114,10 @@ function humanSide(engine: Engine): Migration {
 }
 
 export function trustMigrations(engine: Engine): Record<string, Migration> {
-  return { "0001_initial": initial(engine), "0002_human_side": humanSide(engine) };
+  return { "0001_initial": initial(engine), "0002_human_side": humanSide(engine), "0003_payment": payment(engine) };
 }
 
-export interface TrustSchema extends HumanSideSchema {
+export interface TrustSchema extends HumanSideSchema, PaymentSchema {
   trust_signing_keys: {
     kid: string;
     public_x: string;
@@ -203,3 +203,38 @@ export interface HumanSideSchema {
 export type SigningKeyRow = TrustSchema["trust_signing_keys"];
 export type BindingRow = TrustSchema["trust_bindings"];
 export type LinkRequestRow = TrustSchema["trust_link_requests"];
+
+/**
+ * Payment verification attempts: the opaque reference the provider sees instead of the human id,
+ * and the provider's id for the attempt. A completed attempt records a `payment` verification once.
+ */
+function payment(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    `create table trust_payment_attempts (
+      reference text primary key,
+      human_id text not null references trust_humans (id),
+      provider text not null,
+      provider_reference text,
+      created_at ${bigint} not null,
+      completed_at ${bigint}
+    )`,
+    "create index trust_payment_attempts_human on trust_payment_attempts (human_id)",
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
+}
+
+export interface PaymentSchema {
+  trust_payment_attempts: {
+    reference: string;
+    human_id: string;
+    provider: string;
+    provider_reference: string | null;
+    created_at: number;
+    completed_at: number | null;
+  };
+}

@@ -80,7 +80,8 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
 
   app.delete<{ Params: { id: string } }>(
     "/v1/bindings/:id",
-    { onRequest: rateLimitHook(limiter, limits.linkPoll) },
+    // A bucket of its own: an agent polling from the same address must not lock its human out.
+    { onRequest: rateLimitHook(limiter, { ...limits.read, name: "trust.revoke" }) },
     async (request) => {
       const humanId = await options.humanOf(request);
       if (humanId === undefined) {

@@ -16,7 +16,8 @@ export const TEST_PSEUDONYM_KEY = Buffer.alloc(32, 9);
  * `TRUST_RATE_LIMITS` high enough that suites not about limits never meet one (every request of
  * a suite comes from 127.0.0.1); the limiter stays on.
  */
-export const RELAXED_RATE_LIMITS = "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60";
+export const RELAXED_RATE_LIMITS =
+  "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60";
 
 /** Asserts the attestor's error envelope: status, code, a message, JSON, nothing else at the top. */
 export function assertError(result: HttpResult, status: number, code: string): void {
