@@ -91,7 +91,7 @@ export function isDidKey(did: string): boolean {
   }
 }
 
-const KEY_CACHE_LIMIT = 10_000;
+const KEY_CACHE_LIMIT = 100_000;
 const keyCache = new Map<string, KeyObject>();
 
 /**

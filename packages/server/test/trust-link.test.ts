@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { sign } from "node:crypto";
 import { after, before, describe, test } from "node:test";
+import { signRequest } from "@proto/protocol";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 import {
   type Agent,
@@ -77,9 +78,9 @@ for (const variant of STORE_VARIANTS) {
     test("an unconfirmed request is pending until 1800 s, then 410 and unconfirmable", async () => {
       const agent = newAgent();
       const reqId = (await h.startLink(agent)).json.req_id as string;
-      await h.advance(1799);
+      await h.advance(1795);
       assert.deepEqual((await h.poll(agent, reqId)).json, { state: "pending", phase: "awaiting_signin" });
-      await h.advance(2);
+      await h.advance(6);
       assertError(await h.poll(agent, reqId), 410, "link_request_expired");
       assertError(
         await h.hook("/__test/link/confirm", { req_id: reqId, email: email("late") }),
@@ -224,7 +225,18 @@ for (const variant of STORE_VARIANTS) {
         401,
         "unauthorized",
       );
-      // An agent cannot use its own credentials for it either.
+      // An agent cannot revoke with its own request signature either.
+      const created = Math.floor((await h.nowMs()) / 1000);
+      const signed = signRequest(
+        { method: "DELETE", url: `${h.publicUrl}/v1/bindings/${bindingId}` },
+        { keyid: agent.did, privateKey: agent.privateKey, created },
+      );
+      assertError(
+        await h.request("DELETE", `/v1/bindings/${bindingId}`, { headers: { ...signed.headers } }),
+        401,
+        "unauthorized",
+      );
+      // An unknown binding answers the same: no existence oracle without a session.
       assertError(await h.request("DELETE", "/v1/bindings/bnd_unknown"), 401, "unauthorized");
       // Nothing was revoked.
       assert.equal((await h.mint(agent, "did:web:svc.test")).status, 200);

@@ -3,7 +3,8 @@ import { createHash } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { createAttestationVerifier, RemoteKeySet } from "@proto/protocol";
 import { createLocalJWKSet, decodeProtectedHeader, type JWTPayload, jwtVerify } from "jose";
-import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
+import pg from "pg";
+import { POSTGRES_URL, reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 import {
   type Agent,
   assertError,
@@ -308,6 +309,31 @@ for (const variant of STORE_VARIANTS) {
       assert.ok(Math.abs(minted.binding_expires_at - polled.json.binding_token_expires_at) <= 5);
     });
   });
+
+  if (variant.engine === "postgres") {
+    describe(`database connection loss (${variant.name})`, () => {
+      test("the attestor survives the database terminating its idle connections and keeps minting", async (t) => {
+        const h = await startTrustHarness(variant, { env: { TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS } });
+        t.after(() => h.close());
+        const { agent } = await h.link();
+        await mintOk(h, agent);
+        // What a database restart or failover does to a pool's idle connections.
+        const admin = new pg.Client({ connectionString: POSTGRES_URL });
+        await admin.connect();
+        try {
+          const terminated = await admin.query(
+            "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
+            [new URL(h.databaseUrl).pathname.slice(1)],
+          );
+          assert.ok((terminated.rowCount ?? 0) >= 1);
+        } finally {
+          await admin.end();
+        }
+        await mintOk(h, agent);
+        assert.match((await h.link()).bindingId, /^bnd_/);
+      });
+    });
+  }
 
   describe(`token rate limits (${variant.name})`, () => {
     let h: TrustHarness;

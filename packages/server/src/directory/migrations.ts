@@ -119,8 +119,35 @@ function initial(engine: Engine): Migration {
   };
 }
 
+/**
+ * Indexes for search at scale (SQLite; PostgreSQL's pg_trgm indexes already serve it):
+ * - `dir_listings_search_order`: list order with the searched columns, so a scan for a common
+ *   term reads one index in order instead of fetching each listing's row;
+ * - the last one and two characters of each searched column, lowercased, and a vocabulary view of
+ *   the trigram index: together they find every listing holding a one- or two-character term
+ *   (it either starts one of the column's trigrams or ends the column), so a rare short term no
+ *   longer scans every listing.
+ */
+function searchIndexes(engine: Engine): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      if (engine !== "sqlite") return;
+      await sql
+        .raw(
+          "create index dir_listings_search_order on dir_listings (updated_at, service_did, status, title, description)",
+        )
+        .execute(db);
+      for (const column of ["title", "description"]) {
+        await sql.raw(`create index dir_listings_${column}_end2 on dir_listings (lower(substr(${column}, -2)))`).execute(db);
+        await sql.raw(`create index dir_listings_${column}_end1 on dir_listings (lower(substr(${column}, -1)))`).execute(db);
+      }
+      await sql.raw("create virtual table dir_listings_fts_vocab using fts5vocab(dir_listings_fts, row)").execute(db);
+    },
+  };
+}
+
 export function directoryMigrations(engine: Engine): Record<string, Migration> {
-  return { "0001_initial": initial(engine) };
+  return { "0001_initial": initial(engine), "0002_search_indexes": searchIndexes(engine) };
 }
 
 export interface ListingTable {

@@ -1,4 +1,4 @@
-import { type Insertable, type Kysely, sql, type Transaction } from "kysely";
+import { CompiledQuery, type Insertable, type Kysely, sql, type Transaction } from "kysely";
 import type { Engine } from "../platform/database.js";
 import type { Position } from "./cursor.js";
 import type { ListingStatus } from "./listing.js";
@@ -106,13 +106,18 @@ export async function findListing(db: Db, serviceDid: string): Promise<ListingRo
   return db.selectFrom("dir_listings").selectAll().where("service_did", "=", serviceDid).executeTakeFirst();
 }
 
+// The single-listing read is the hottest query: it is compiled once per database handle and
+// only its parameter changes (building and compiling it each time cost more than running it).
+const bodyQueries = new WeakMap<Db, string>();
+
 export async function findListingBody(db: Db, serviceDid: string): Promise<string | undefined> {
-  const row = await db
-    .selectFrom("dir_listings")
-    .select("body")
-    .where("service_did", "=", serviceDid)
-    .executeTakeFirst();
-  return row?.body;
+  let text = bodyQueries.get(db);
+  if (text === undefined) {
+    text = db.selectFrom("dir_listings").select("body").where("service_did", "=", serviceDid).compile().sql;
+    bodyQueries.set(db, text);
+  }
+  const result = await db.executeQuery<{ body: string }>(CompiledQuery.raw(text, [serviceDid]));
+  return result.rows[0]?.body;
 }
 
 export async function findLiveListingByHost(db: Db, host: string): Promise<ListingRow | undefined> {
@@ -170,6 +175,14 @@ function escapeLike(term: string): string {
 
 /** One page of listings in list order, through the index that fits the filters. */
 export async function listListings(db: Db, engine: Engine, query: ListQuery): Promise<ListedRow[]> {
+  if (engine === "postgres") return listPostgres(db, query);
+  if (query.search !== undefined) return searchSqlite(db, query, query.search);
+  return query.tag === undefined ? listByStatusSqlite(db, query) : listByTagSqlite(db, query);
+}
+
+// ---- listing on PostgreSQL ---------------------------------------------------------------
+
+async function listPostgres(db: Db, query: ListQuery): Promise<ListedRow[]> {
   const { after, tag, search, updatedSince, statuses } = query;
   if (tag !== undefined) {
     let q = db
@@ -181,13 +194,10 @@ export async function listListings(db: Db, engine: Engine, query: ListQuery): Pr
     if (updatedSince !== undefined) q = q.where("t.updated_at", ">=", updatedSince);
     if (after !== undefined) {
       q = q.where((eb) =>
-        eb.or([
-          eb("t.updated_at", ">", after.updatedAt),
-          eb.and([eb("t.updated_at", "=", after.updatedAt), eb("t.service_did", ">", after.serviceDid)]),
-        ]),
+        eb(eb.refTuple("t.updated_at", "t.service_did"), ">", eb.tuple(after.updatedAt, after.serviceDid)),
       );
     }
-    if (search !== undefined) q = q.where(searchCondition(engine, search, "l"));
+    if (search !== undefined) q = q.where(postgresSearch(search));
     return q.orderBy("t.updated_at").orderBy("t.service_did").limit(query.limit).execute();
   }
   let q = db
@@ -197,31 +207,252 @@ export async function listListings(db: Db, engine: Engine, query: ListQuery): Pr
   if (updatedSince !== undefined) q = q.where("l.updated_at", ">=", updatedSince);
   if (after !== undefined) {
     q = q.where((eb) =>
-      eb.or([
-        eb("l.updated_at", ">", after.updatedAt),
-        eb.and([eb("l.updated_at", "=", after.updatedAt), eb("l.service_did", ">", after.serviceDid)]),
-      ]),
+      eb(eb.refTuple("l.updated_at", "l.service_did"), ">", eb.tuple(after.updatedAt, after.serviceDid)),
     );
   }
-  if (search !== undefined) q = q.where(searchCondition(engine, search, "l"));
+  if (search !== undefined) q = q.where(postgresSearch(search));
   return q.orderBy("l.updated_at").orderBy("l.service_did").limit(query.limit).execute();
 }
 
+/** Case-insensitive substring match on title and description, through the pg_trgm indexes. */
+function postgresSearch(term: string) {
+  const pattern = `%${escapeLike(term.toLowerCase())}%`;
+  return sql<boolean>`(lower(l.title) like ${pattern} escape '\\' or lower(l.description) like ${pattern} escape '\\')`;
+}
+
+// ---- listing on SQLite -------------------------------------------------------------------
+//
+// SQLite's planner is given no statistics and picks poorly for these shapes at scale (an IN over
+// statuses sorted every listing; a full-text IN-list was materialised in full), so each shape
+// names its index and its join order (CROSS JOIN keeps the written order).
+
+/** `(updated_at, service_did) > cursor` and `updated_at >= since` on the columns of `alias`. */
+function bounds(alias: string, query: ListQuery) {
+  const parts = [sql<boolean>`1`];
+  if (query.after !== undefined) {
+    parts.push(
+      sql<boolean>`(${sql.ref(`${alias}.updated_at`)}, ${sql.ref(`${alias}.service_did`)}) > (${query.after.updatedAt}, ${query.after.serviceDid})`,
+    );
+  }
+  if (query.updatedSince !== undefined) parts.push(sql<boolean>`${sql.ref(`${alias}.updated_at`)} >= ${query.updatedSince}`);
+  return sql.join(parts, sql` and `);
+}
+
+const statusIn = (alias: string, statuses: readonly ListingStatus[]) =>
+  sql<boolean>`${sql.ref(`${alias}.status`)} in (${sql.join(statuses)})`;
+
+/** No search, no tag: one ordered range of (status, updated_at, service_did) per status, merged. */
+async function listByStatusSqlite(db: Db, query: ListQuery): Promise<ListedRow[]> {
+  const arms = query.statuses.map(
+    (status) =>
+      sql`select * from (select s.id, s.updated_at, s.service_did from dir_listings as s indexed by dir_listings_status_order
+        where s.status = ${status} and ${bounds("s", query)} order by s.updated_at, s.service_did limit ${query.limit})`,
+  );
+  const result = await sql<ListedRow>`select l.body, k.updated_at, k.service_did
+    from (${sql.join(arms, sql` union all `)} order by 2, 3 limit ${query.limit}) as k
+    cross join dir_listings as l on l.id = k.id
+    order by k.updated_at, k.service_did`.execute(db);
+  return result.rows;
+}
+
+/** A tag, no search: the tag's rows carry the order key, so one index range in list order. */
+async function listByTagSqlite(db: Db, query: ListQuery): Promise<ListedRow[]> {
+  const result = await sql<ListedRow>`select l.body, t.updated_at, t.service_did
+    from dir_listing_tags as t indexed by dir_listing_tags_order
+    cross join dir_listings as l on l.id = t.listing_id
+    where t.tag = ${query.tag} and ${statusIn("t", query.statuses)} and ${bounds("t", query)}
+    order by t.updated_at, t.service_did limit ${query.limit}`.execute(db);
+  return result.rows;
+}
+
+/** Non-ASCII characters that FTS5's case folding maps onto ASCII letters (KELVIN SIGN, LONG S). */
+const FOLDS_TO_ASCII = "*[\u212a\u017f]*";
+
+/** Rows of the search scan a first pass may look at before the indexes are asked instead. */
+const SCAN_BUDGET = 16_000;
+const TAG_SCAN_BUDGET = 6_000;
+/** The most candidates fetched from the full-text index; past that a scan finds the page sooner. */
+const CANDIDATE_CAP = 20_000;
+
+type Predicate = (alias: string) => ReturnType<typeof sql<boolean>>;
+
+interface SqliteSearch {
+  /** Lowercased term. */
+  needle: string;
+  /** Three characters or more: the trigram index answers it (FTS5 phrase). */
+  long: boolean;
+  /** Printable ASCII only: LIKE (ASCII case folding) decides it exactly, see below. */
+  ascii: boolean;
+  /** The search as a condition on the title and description of a row of alias `alias`. */
+  matches: Predicate;
+  phrase: string;
+}
+
 /**
- * Case-insensitive substring match on title and description through the trigram index of each
- * engine. Terms shorter than a trigram cannot use the index and fall back to a scan.
+ * What a search means is unchanged: a term of three characters or more matches what the FTS5
+ * trigram index matches (a case-folded substring of the title or the description); a shorter one
+ * matches when `instr(lower(column), lower(term))` finds it. Cheaper conditions stand in for them
+ * where they are provably the same:
+ *
+ * - For a printable-ASCII term, `column LIKE '%term%'` (ASCII case-insensitive, `%`, `_` and `\`
+ *   escaped) is exactly `instr(lower(column), term)`, and it is also exactly the trigram match,
+ *   except on a column holding one of the two non-ASCII characters FTS5 folds onto ASCII letters;
+ *   such a row is asked of the full-text index itself.
+ * - Other terms keep their original condition.
  */
-function searchCondition(engine: Engine, term: string, alias: "l") {
-  const lower = term.toLowerCase();
-  if (engine === "sqlite" && [...term].length >= 3) {
-    const phrase = `"${term.replace(/"/g, '""')}"`;
-    return sql<boolean>`${sql.ref(`${alias}.id`)} in (select rowid from dir_listings_fts where dir_listings_fts match ${phrase})`;
+function sqliteSearch(term: string): SqliteSearch {
+  const needle = term.toLowerCase();
+  const long = [...term].length >= 3;
+  const ascii = /^[\x20-\x7e]+$/.test(term);
+  const phrase = `"${term.replace(/"/g, '""')}"`;
+  const pattern = `%${escapeLike(needle)}%`;
+  const like: Predicate = (a) =>
+    sql<boolean>`(${sql.ref(`${a}.title`)} like ${pattern} escape '\\' or ${sql.ref(`${a}.description`)} like ${pattern} escape '\\')`;
+  const probe: Predicate = (a) =>
+    sql<boolean>`${sql.ref(`${a}.id`)} in (select rowid from dir_listings_fts where dir_listings_fts match ${phrase} and rowid = ${sql.ref(`${a}.id`)})`;
+  let matches: Predicate;
+  if (long && ascii) {
+    matches = (a) =>
+      sql<boolean>`(${like(a)} or ((${sql.ref(`${a}.title`)} glob ${FOLDS_TO_ASCII} or ${sql.ref(`${a}.description`)} glob ${FOLDS_TO_ASCII}) and ${probe(a)}))`;
+  } else if (long) {
+    matches = probe;
+  } else if (ascii) {
+    matches = like;
+  } else {
+    matches = (a) =>
+      sql<boolean>`(instr(lower(${sql.ref(`${a}.title`)}), ${needle}) > 0 or instr(lower(${sql.ref(`${a}.description`)}), ${needle}) > 0)`;
   }
-  if (engine === "sqlite") {
-    return sql<boolean>`(instr(lower(${sql.ref(`${alias}.title`)}), ${lower}) > 0 or instr(lower(${sql.ref(`${alias}.description`)}), ${lower}) > 0)`;
+  return { needle, long, ascii, matches, phrase };
+}
+
+/**
+ * A search in three steps, each returning the exact page when it can:
+ * 1. a scan in list order that may look at a bounded number of rows (enough when matches are
+ *    common): through the covering search index, or along the tag's index;
+ * 2. the candidates an index gives (the trigram index for three characters or more; for shorter
+ *    ASCII terms, every trigram that starts with the term plus the columns that end with it),
+ *    sorted into list order;
+ * 3. otherwise the same scan without a bound.
+ */
+async function searchSqlite(db: Db, query: ListQuery, term: string): Promise<ListedRow[]> {
+  // Several statements, one snapshot: a listing written meanwhile cannot be half seen.
+  if (!db.isTransaction) return db.transaction().execute((trx) => searchSqlite(trx, query, term));
+  const search = sqliteSearch(term);
+  const cheap = !search.long || search.ascii;
+  if (cheap) {
+    const page = await scanSqlite(db, query, search, query.tag === undefined ? SCAN_BUDGET : TAG_SCAN_BUDGET);
+    if (page !== undefined) return page;
   }
-  const pattern = `%${escapeLike(lower)}%`;
-  return sql<boolean>`(lower(${sql.ref(`${alias}.title`)}) like ${pattern} escape '\\' or lower(${sql.ref(`${alias}.description`)}) like ${pattern} escape '\\')`;
+  const candidates = await candidatesSqlite(db, search);
+  if (candidates !== undefined) return candidatePageSqlite(db, query, search, candidates);
+  return (await scanSqlite(db, query, search, undefined)) as ListedRow[];
+}
+
+/** The page from a scan in list order, or undefined when `budget` rows did not settle it. */
+async function scanSqlite(
+  db: Db,
+  query: ListQuery,
+  search: SqliteSearch,
+  budget: number | undefined,
+): Promise<ListedRow[] | undefined> {
+  const examine = budget ?? -1;
+  const hits =
+    query.tag === undefined
+      ? await sql<{ id: number }>`select x.id from (
+            select s.id, s.updated_at, s.service_did, s.status, s.title, s.description
+            from dir_listings as s indexed by dir_listings_search_order
+            where ${bounds("s", query)} order by s.updated_at, s.service_did limit ${examine}) as x
+          where ${statusIn("x", query.statuses)} and ${search.matches("x")}
+          order by x.updated_at, x.service_did limit ${query.limit}`.execute(db)
+      : await sql<{ id: number }>`select x.id from (
+            select t.listing_id as id, t.updated_at, t.service_did, t.status
+            from dir_listing_tags as t indexed by dir_listing_tags_order
+            where t.tag = ${query.tag} and ${bounds("t", query)} order by t.updated_at, t.service_did limit ${examine}) as k
+          cross join dir_listings as x indexed by dir_listings_search_order
+            on x.updated_at = k.updated_at and x.service_did = k.service_did
+          where x.id = k.id and ${statusIn("k", query.statuses)} and ${search.matches("x")}
+          order by k.updated_at, k.service_did limit ${query.limit}`.execute(db);
+  const ids = hits.rows.map((r) => r.id);
+  if (budget !== undefined && ids.length < query.limit) {
+    // Settled only if the range holds no row past the ones examined.
+    const beyond =
+      query.tag === undefined
+        ? await sql`select 1 from dir_listings as s indexed by dir_listings_order where ${bounds("s", query)}
+            order by s.updated_at, s.service_did limit 1 offset ${budget}`.execute(db)
+        : await sql`select 1 from dir_listing_tags as t indexed by dir_listing_tags_order
+            where t.tag = ${query.tag} and ${bounds("t", query)}
+            order by t.updated_at, t.service_did limit 1 offset ${budget}`.execute(db);
+    if (beyond.rows.length > 0) return undefined;
+  }
+  return bodiesSqlite(db, ids);
+}
+
+/** Listing ids that include every match (the ids of a superset for short terms), or undefined. */
+async function candidatesSqlite(db: Db, search: SqliteSearch): Promise<number[] | undefined> {
+  if (search.long) {
+    const ids = await sql<{ id: number }>`select rowid as id from dir_listings_fts
+      where dir_listings_fts match ${search.phrase} limit ${CANDIDATE_CAP + 1}`.execute(db);
+    return ids.rows.length > CANDIDATE_CAP ? undefined : ids.rows.map((r) => r.id);
+  }
+  if (!search.ascii) return undefined;
+  // A term of one or two characters that occurs in a column either starts a trigram of it (the
+  // index holds each column's trigrams, case-folded) or ends the column.
+  const n = search.needle;
+  const upper = `${n}\u{10ffff}`;
+  const terms = await sql<{ term: string }>`select term from dir_listings_fts_vocab
+    where term >= ${n} and term < ${upper} limit ${CANDIDATE_CAP + 1}`.execute(db);
+  if (terms.rows.length > CANDIDATE_CAP) return undefined;
+  const ends =
+    n.length === 2
+      ? sql`select id from dir_listings where lower(substr(title, -2)) = ${n}
+          union select id from dir_listings where lower(substr(description, -2)) = ${n}`
+      : sql`select id from dir_listings where lower(substr(title, -2)) >= ${n} and lower(substr(title, -2)) < ${upper}
+          union select id from dir_listings where lower(substr(description, -2)) >= ${n} and lower(substr(description, -2)) < ${upper}
+          union select id from dir_listings where lower(substr(title, -1)) = ${n}
+          union select id from dir_listings where lower(substr(description, -1)) = ${n}`;
+  const sources =
+    terms.rows.length === 0
+      ? ends
+      : sql`select rowid as id from dir_listings_fts where dir_listings_fts match ${terms.rows
+          .map((r) => `"${r.term.replace(/"/g, '""')}"`)
+          .join(" OR ")} union ${ends}`;
+  const ids = await sql<{ id: number }>`select id from (${sources}) limit ${CANDIDATE_CAP + 1}`.execute(db);
+  return ids.rows.length > CANDIDATE_CAP ? undefined : ids.rows.map((r) => r.id);
+}
+
+/** The page among candidate ids: filters, then list order (short terms are checked exactly). */
+async function candidatePageSqlite(
+  db: Db,
+  query: ListQuery,
+  search: SqliteSearch,
+  candidates: readonly number[],
+): Promise<ListedRow[]> {
+  if (candidates.length === 0) return [];
+  const tag =
+    query.tag === undefined
+      ? sql<boolean>`1`
+      : sql<boolean>`exists (select 1 from dir_listing_tags as g where g.tag = ${query.tag} and g.listing_id = k.id)`;
+  const exact = search.long ? sql<boolean>`1` : search.matches("k");
+  const hits = await sql<{ id: number }>`select k.id from json_each(${JSON.stringify(candidates)}) as c
+    cross join dir_listings as k on k.id = c.value
+    where ${statusIn("k", query.statuses)} and ${bounds("k", query)} and ${tag} and ${exact}
+    order by k.updated_at, k.service_did limit ${query.limit}`.execute(db);
+  return bodiesSqlite(
+    db,
+    hits.rows.map((r) => r.id),
+  );
+}
+
+/** The rows of `ids`, in that order. */
+async function bodiesSqlite(db: Db, ids: readonly number[]): Promise<ListedRow[]> {
+  if (ids.length === 0) return [];
+  const result = await sql<ListedRow & { id: number }>`select id, body, updated_at, service_did from dir_listings
+    where id in (select value from json_each(${JSON.stringify(ids)}))`.execute(db);
+  const byId = new Map(result.rows.map((r) => [r.id, r]));
+  return ids.map((id) => {
+    const row = byId.get(id) as ListedRow & { id: number };
+    return { body: row.body, updated_at: row.updated_at, service_did: row.service_did };
+  });
 }
 
 /** Listings whose revalidation is due and not leased by a pass already running. */

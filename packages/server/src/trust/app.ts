@@ -11,12 +11,16 @@ import { KeyRing } from "./keys.js";
 import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
 import { type TrustSchema, trustMigrations } from "./migrations.js";
 import { oidcProvider } from "./oidc/provider.js";
+import { paymentWiring, withExtraPages } from "./payment/plugin.js";
+import type { PaymentFetch } from "./payment/provider.js";
+import type { PaymentLimits } from "./payment/routes.js";
 import { trustRoutes } from "./routes.js";
 import { TrustService } from "./service.js";
 import { MAX_ATTESTATION_TTL_SECONDS } from "./settings.js";
 import { registerTrustTestHooks } from "./test-hooks.js";
 import { humanPages, registerCookies } from "./web/plugin.js";
 import { SessionManager } from "./web/session.js";
+import { type UpstreamFetch, upstreamWiring } from "./web/upstream.js";
 
 export interface TrustApp {
   app: FastifyInstance;
@@ -32,6 +36,12 @@ export interface TrustAppOptions {
   clock?: Clock;
   /** Redis key prefix (default `proto:trust:`). */
   redisPrefix?: string;
+  /** Tests only: the fetch payment verification calls its API with (e.g. trusting a test CA). */
+  paymentFetch?: PaymentFetch;
+  /** Tests only: payment verification's rate limits (defaults `DEFAULT_PAYMENT_LIMITS`). */
+  paymentLimits?: PaymentLimits;
+  /** Tests only: the fetch upstream OpenID sign-in reaches the provider with (e.g. trusting a test CA). */
+  upstreamFetch?: UpstreamFetch;
 }
 
 export async function buildTrustApp(config: TrustConfig, options: TrustAppOptions = {}): Promise<TrustApp> {
@@ -91,6 +101,24 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     config.smtpUrl === undefined
       ? new OutboxMailer(() => app.log.info("a sign-in mail is waiting in the development outbox: open /dev/outbox"))
       : smtpMailer(config.smtpUrl, config.mailFrom);
+  const payment = paymentWiring(config.payment, {
+    db: database.db,
+    clock: parts.clock,
+    limiter: parts.limiter,
+    sessions,
+    publicUrl: config.publicUrl,
+    fetch: options.paymentFetch,
+    limits: options.paymentLimits,
+  });
+  const upstream = upstreamWiring(config.upstreamOidc, {
+    service,
+    sessions,
+    limiter: parts.limiter,
+    clock: parts.clock,
+    publicUrl: config.publicUrl,
+    keyEncryptionKey: config.secrets.keyEncryptionKey,
+    fetch: options.upstreamFetch,
+  });
   await registerCookies(app);
   await app.register(trustRoutes, {
     service,
@@ -99,16 +127,20 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     settings: config.settings,
     humanOf: async (request) => (await sessions.current(request))?.humanId,
   });
-  await app.register(humanPages, {
+  await app.register(withExtraPages(withExtraPages(humanPages, payment?.pages), upstream?.pages), {
     service,
     sessions,
     mailer,
     limiter: parts.limiter,
     clock: parts.clock,
     publicUrl: config.publicUrl,
-    signinOptions: () => [],
-    accountActions: () => [],
+    signinOptions: () => (upstream === undefined ? [] : [upstream.signinOption]),
+    accountActions: () => [
+      ...(payment === undefined ? [] : [payment.accountAction]),
+      ...(upstream === undefined ? [] : [upstream.accountAction]),
+    ],
   });
+  if (payment !== undefined) await payment.webhook(app);
   await app.register(oidcProvider, {
     service,
     sessions,

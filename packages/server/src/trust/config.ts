@@ -1,8 +1,10 @@
 import { type PlatformConfig, readDatabaseUrl, readPlatformConfig } from "../platform/config.js";
 import { type Env, EnvReader } from "../platform/env.js";
 import { type OidcClient, parseOidcClients } from "./oidc/clients.js";
+import { type PaymentConfig, readPaymentConfig } from "./payment/config.js";
 import { dataDirectory, readTrustSecrets, type TrustSecrets } from "./secrets.js";
 import { DEFAULT_TRUST_SETTINGS, MAX_ATTESTATION_TTL_SECONDS, type TrustSettings } from "./settings.js";
+import { readUpstreamOidcConfig, type UpstreamOidcConfig } from "./web/upstream.js";
 
 export interface TrustConfig {
   platform: PlatformConfig;
@@ -19,6 +21,10 @@ export interface TrustConfig {
   sessionTtlSeconds: number;
   /** Cookies are `Secure` everywhere except development over plain http. */
   secureCookies: boolean;
+  /** `TRUST_PAYMENT_*`: payment verification, when all three are set. */
+  payment: PaymentConfig | undefined;
+  /** `TRUST_UPSTREAM_OIDC_*`: sign-in with an upstream OpenID provider, when issuer, id and secret are set. */
+  upstreamOidc: UpstreamOidcConfig | undefined;
 }
 
 const RATE_LIMIT_NAMES = ["link_start", "link_start_agent", "link_poll", "token", "read"] as const;
@@ -96,6 +102,8 @@ export function readTrustConfig(env: Env = process.env, platform?: PlatformConfi
     mailFrom: reader.string("MAIL_FROM") ?? "proto trust <no-reply@localhost>",
     sessionTtlSeconds: reader.integer("TRUST_SESSION_TTL_SECONDS", 14 * 86400, 300, 365 * 86400),
     secureCookies: base.production || publicUrl.startsWith("https://"),
+    payment: readPaymentConfig(reader, base.production),
+    upstreamOidc: readUpstreamOidcConfig(reader),
   };
   reader.finish();
   return config;

@@ -59,17 +59,16 @@ export function readTrustSecrets(reader: EnvReader, production: boolean, dataDir
   }
   let stored: { key_encryption_key?: string; pseudonym_key?: string } = {};
   if (existsSync(file)) stored = JSON.parse(readFileSync(file, "utf8")) as typeof stored;
-  const keyEncryptionKey =
-    found.keyEncryptionKey ??
-    (stored.key_encryption_key ? Buffer.from(stored.key_encryption_key, "base64url") : randomBytes(32));
-  const pseudonymKey =
-    found.pseudonymKey ?? (stored.pseudonym_key ? Buffer.from(stored.pseudonym_key, "base64url") : randomBytes(32));
+  // Only what development itself generated is kept in the file; a key from the environment
+  // stays in the environment.
+  const kept = {
+    key_encryption_key: found.keyEncryptionKey ? stored.key_encryption_key : (stored.key_encryption_key ?? randomBytes(32).toString("base64url")),
+    pseudonym_key: found.pseudonymKey ? stored.pseudonym_key : (stored.pseudonym_key ?? randomBytes(32).toString("base64url")),
+  };
+  const keyEncryptionKey = found.keyEncryptionKey ?? Buffer.from(kept.key_encryption_key as string, "base64url");
+  const pseudonymKey = found.pseudonymKey ?? Buffer.from(kept.pseudonym_key as string, "base64url");
   mkdirSync(dataDir, { recursive: true });
-  writeFileSync(
-    file,
-    `${JSON.stringify({ key_encryption_key: keyEncryptionKey.toString("base64url"), pseudonym_key: pseudonymKey.toString("base64url") })}\n`,
-    { mode: 0o600 },
-  );
+  writeFileSync(file, `${JSON.stringify(kept)}\n`, { mode: 0o600 });
   chmodSync(file, 0o600);
   return { keyEncryptionKey, pseudonymKey, developmentFile: file };
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto";
+import { createServer } from "node:net";
 import { Writable } from "node:stream";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
 import { Redis } from "ioredis";
@@ -36,6 +37,19 @@ export function assertRetryAfter(result: HttpResult, min: number, max: number): 
   const seconds = Number(value);
   assert.ok(seconds >= min && seconds <= max, `Retry-After ${seconds} not within [${min}, ${max}]`);
   return seconds;
+}
+
+/** A port nobody listens on right now (for a server whose public URL must be known before it starts). */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", resolve);
+  });
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === "string") throw new Error("no address");
+  return address.port;
 }
 
 export interface Agent {
@@ -100,12 +114,14 @@ export async function startTrustHarness(
     env?: Record<string, string>;
     /** A database the caller owns (kept on close), e.g. to restart the attestor on the same data. */
     database?: TestDatabase;
+    /** The port to listen on (default: any free one); set it with `TRUST_PUBLIC_URL` = the real URL. */
+    port?: number;
   } = {},
 ): Promise<TrustHarness> {
   const ownsDatabase = options.database === undefined;
   const database: TestDatabase = options.database ?? (await createTestDatabase(variant.engine));
   const redisPrefix = uniquePrefix("trust");
-  const publicUrl = "https://trust.test";
+  const publicUrl = options.env?.TRUST_PUBLIC_URL ?? "https://trust.test";
   const env: Record<string, string> = {
     PROTO_TEST_HOOKS: "1",
     TRUST_PUBLIC_URL: publicUrl,
@@ -117,7 +133,7 @@ export async function startTrustHarness(
     ...options.env,
   };
   const app = await buildTrustApp(readTrustConfig(env), { logStream: quiet(), redisPrefix });
-  await app.app.listen({ port: 0, host: "127.0.0.1" });
+  await app.app.listen({ port: options.port ?? 0, host: "127.0.0.1" });
   const address = app.app.server.address();
   if (address === null || typeof address === "string") throw new Error("no address");
   const url = `http://127.0.0.1:${address.port}`;

@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
+import fastifyFormbody from "@fastify/formbody";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { SignJWT } from "jose";
 import type { Clock } from "../../platform/clock.js";
@@ -81,6 +82,9 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   const db = service.database.db;
   const clients = new Map(deps.clients.map((c) => [c.client_id, c]));
   const configuration = JSON.stringify(openidConfiguration(publicUrl));
+  // Token requests are form-encoded (RFC 6749 §4.1.3), which is what relying-party libraries send;
+  // the human pages' form parser lives in their own scope, so this scope needs its own.
+  await app.register(fastifyFormbody, { bodyLimit: 64 * 1024 });
 
   app.get("/.well-known/openid-configuration", async (_request, reply) =>
     reply
@@ -183,7 +187,8 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     if (grantType !== "authorization_code") throw new OAuthError("unsupported_grant_type", "only authorization_code");
     const clientId = field("client_id");
     const code = field("code");
-    const verifier = field("code_verifier");
+    // A missing verifier is a failed PKCE check like a wrong one (invalid_grant), not a malformed request.
+    const verifier = typeof body.code_verifier === "string" ? body.code_verifier : "";
     const redirectUri = field("redirect_uri");
     const client = clients.get(clientId);
     if (client === undefined) throw new OAuthError("invalid_client", "unknown client", 401);

@@ -1,12 +1,12 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
 import type { Clock } from "../../platform/clock.js";
 import {
+  PaymentApiError,
   type PaymentEvent,
   type PaymentFetch,
   type PaymentProvider,
-  PaymentApiError,
-  type StartInput,
   type Started,
+  type StartInput,
   type WebhookHeaders,
   WebhookRejected,
 } from "./provider.js";

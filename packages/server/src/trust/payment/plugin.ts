@@ -7,7 +7,13 @@ import type { SessionManager } from "../web/session.js";
 import { CheckoutProvider } from "./checkout.js";
 import type { PaymentConfig } from "./config.js";
 import type { PaymentFetch } from "./provider.js";
-import { DEFAULT_PAYMENT_LIMITS, type PaymentLimits, paymentPages, paymentWebhookRoutes, START_PATH } from "./routes.js";
+import {
+  DEFAULT_PAYMENT_LIMITS,
+  type PaymentLimits,
+  paymentPages,
+  paymentWebhookRoutes,
+  START_PATH,
+} from "./routes.js";
 import { PaymentVerifications } from "./service.js";
 
 export interface PaymentWiringDeps {
@@ -18,7 +24,7 @@ export interface PaymentWiringDeps {
   publicUrl: string;
   /** Tests only: a fetch that trusts their CA. Production uses the global fetch. */
   fetch?: PaymentFetch | undefined;
-  limits?: PaymentLimits;
+  limits?: PaymentLimits | undefined;
 }
 
 export interface PaymentWiring {
@@ -46,8 +52,12 @@ export function paymentWiring(config: PaymentConfig | undefined, deps: PaymentWi
   return {
     verifications,
     accountAction: { label: "Verify with a payment", path: START_PATH },
-    pages: (app) => app.register(paymentPages, { ...routeDeps, sessions: deps.sessions, publicUrl: deps.publicUrl }),
-    webhook: (app) => app.register(paymentWebhookRoutes, routeDeps),
+    async pages(app) {
+      await app.register(paymentPages, { ...routeDeps, sessions: deps.sessions, publicUrl: deps.publicUrl });
+    },
+    async webhook(app) {
+      await app.register(paymentWebhookRoutes, routeDeps);
+    },
   };
 }
 

@@ -1,0 +1,331 @@
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { type Browser, type BrowserContext, chromium, type Locator, type Page, type Response } from "playwright-core";
+import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
+import { STORE_VARIANTS } from "./support/stores.js";
+import {
+  type Agent,
+  assertError,
+  freePort,
+  newAgent,
+  RELAXED_RATE_LIMITS,
+  startTrustHarness,
+  type TrustHarness,
+} from "./support/trust.js";
+
+/**
+ * Issue 5: the human pages of the attestor in a real browser (Debian's Chromium driven by
+ * playwright-core), with sign-in mail delivered over SMTP to a server in this process.
+ */
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const AUD = "did:web:service.example";
+const MAIL_FROM = "proto trust <signin@trust.test>";
+// Markup in an agent label must come out as text, in element content and in attributes alike.
+const HOSTILE_LABEL = `Ada's "agent" <script>alert(1)</script>`;
+
+async function launchBrowser(): Promise<{ browser?: Browser; skip?: string }> {
+  if (!existsSync(CHROMIUM)) return { skip: `Chromium not found at ${CHROMIUM} (apt-get install chromium)` };
+  try {
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+      ],
+    });
+    return { browser };
+  } catch (error) {
+    // CI installs Chromium: there a browser that is present but does not start is a failure.
+    if (process.env.CI) throw error;
+    return { skip: `Chromium at ${CHROMIUM} did not start: ${(error as Error).message.split("\n")[0]}` };
+  }
+}
+
+const launched = await launchBrowser();
+if (launched.skip !== undefined) process.stdout.write(`# browser tests skipped: ${launched.skip}\n`);
+
+/** A loopback page the agent listens on for the link page's redirect after confirmation. */
+async function startCallbackServer(): Promise<{ server: Server; url: string; hits: URL[] }> {
+  const hits: URL[] = [];
+  const server = createServer((request, response) => {
+    hits.push(new URL(request.url ?? "/", "http://127.0.0.1"));
+    response.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+    response.end("<!doctype html><title>Agent</title><p>Your agent got the answer. You can close this tab.</p>");
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  if (address === null || typeof address === "string") throw new Error("no address");
+  return { server, url: `http://127.0.0.1:${address.port}/linked`, hits };
+}
+
+/** The text a person sees in an element (rendered, so hidden parts are left out). */
+// biome-ignore lint/performance/useDomNodeTextContent: the rendered text is what is asserted
+const seen = (locator: Locator) => locator.innerText();
+
+/** Whether the element is the one that has keyboard focus. */
+const focused = (page: Page, selector: string) =>
+  page.locator(selector).evaluate((element) => element.matches(":focus"));
+
+describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 }, () => {
+  const browser = launched.browser as Browser;
+  let h: TrustHarness;
+  let smtp: SmtpCollector;
+  let callback: Awaited<ReturnType<typeof startCallbackServer>>;
+  let origin: string;
+  let context: BrowserContext;
+  let page: Page;
+  const requested: string[] = [];
+  const documents: Response[] = [];
+  const dialogs: string[] = [];
+  const cspViolations: string[] = [];
+
+  before(async () => {
+    smtp = await startSmtpCollector();
+    callback = await startCallbackServer();
+    const port = await freePort();
+    origin = `http://127.0.0.1:${port}`;
+    h = await startTrustHarness(STORE_VARIANTS[0] ?? { name: "sqlite", engine: "sqlite", redis: false }, {
+      port,
+      env: {
+        TRUST_PUBLIC_URL: origin,
+        SMTP_URL: smtp.url,
+        MAIL_FROM,
+        TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
+      },
+    });
+    context = await browser.newContext();
+    await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin });
+    context.on("request", (request) => requested.push(request.url()));
+    context.on("response", (response) => {
+      if (response.request().resourceType() === "document") documents.push(response);
+    });
+    context.on("console", (message) => {
+      if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
+    });
+    page = await context.newPage();
+    page.on("dialog", (dialog) => {
+      dialogs.push(dialog.message());
+      void dialog.dismiss();
+    });
+  });
+
+  after(async () => {
+    await context?.close();
+    await browser.close();
+    await h?.close();
+    await smtp?.close();
+    await new Promise<void>((resolve) => (callback ? callback.server.close(() => resolve()) : resolve()));
+  });
+
+  test("link, sign in by e-mail, confirm, poll, account, revoke: what the person and the agent see", async () => {
+    const email = `ada-${Math.random().toString(36).slice(2)}@mail.test`;
+    const agent: Agent = newAgent();
+    const beforeStart = await h.nowMs();
+    const started = await h.startLink(agent, { agent_label: HOSTILE_LABEL, callback_url: callback.url });
+    const afterStart = await h.nowMs();
+    assert.equal(started.status, 200, started.text);
+    const reqId: string = started.json.req_id;
+    assert.equal(new URL(started.json.link_url).origin, origin);
+
+    // Not signed in: the link page sends the person to sign in, and the agent learns it was opened.
+    await page.goto(started.json.link_url);
+    await page.waitForURL((url) => url.pathname === "/signin");
+    assert.equal(new URL(page.url()).searchParams.get("next"), `/link?req=${reqId}`);
+    assert.deepEqual((await h.poll(agent, reqId)).json, { state: "pending", phase: "awaiting_confirm" });
+    assert.equal(await page.title(), "Sign in · proto trust");
+
+    // Keyboard only: focus reaches the labelled e-mail field, then the submit button.
+    const emailInput = page.getByLabel("E-mail address");
+    assert.equal(await emailInput.getAttribute("type"), "email");
+    let tabs = 0;
+    while (!(await focused(page, "#email"))) {
+      assert.ok(tabs++ < 10, "Tab never reached the e-mail field");
+      await page.keyboard.press("Tab");
+    }
+    await page.keyboard.type(email);
+    await page.keyboard.press("Tab");
+    assert.ok(await focused(page, 'form[action="/signin/email"] button[type="submit"]'), "Tab after the field");
+    assert.equal((await seen(page.locator(":focus"))).trim(), "E-mail me a sign-in link");
+    await page.keyboard.press("Enter");
+    await page.getByRole("heading", { name: "Check your e-mail" }).waitFor();
+    assert.ok((await seen(page.locator("main"))).includes(email));
+
+    // The mail arrives over SMTP, to that address, with a link on the attestor's origin.
+    const mail = await smtp.nextMailTo(email);
+    assert.deepEqual(mail.rcptTo, [email]);
+    assert.ok(mail.headers.get("to")?.includes(email), mail.headers.get("to"));
+    assert.equal(mail.headers.get("subject"), "Your sign-in link");
+    assert.ok(mail.headers.get("from")?.includes("signin@trust.test"), mail.headers.get("from"));
+    const link = magicLinkOf(mail);
+    assert.equal(new URL(link).origin, origin);
+    assert.ok(mail.html?.includes(`href="${link}"`), "the HTML part links to the same URL");
+
+    // Opening the link shows a button and signs nobody in.
+    await page.goto(link);
+    await page.getByRole("heading", { name: "Sign in" }).waitFor();
+    assert.ok((await seen(page.locator("main"))).includes(email));
+    assert.equal(
+      (await context.cookies()).find((c) => c.name === "proto_session"),
+      undefined,
+    );
+    await page.goto(started.json.link_url);
+    await page.waitForURL((url) => url.pathname === "/signin");
+    await page.goto(link);
+    await page.getByRole("button", { name: "Sign in" }).click();
+
+    // Back on the link page, signed in.
+    await page.waitForURL((url) => url.pathname === "/link");
+    const session = (await context.cookies()).find((c) => c.name === "proto_session");
+    assert.ok(session, "a session cookie after the POST");
+    assert.equal(session.httpOnly, true);
+    assert.equal(session.sameSite, "Lax");
+    await page.getByRole("heading", { name: "Link this agent to your account?" }).waitFor();
+    const details = page.locator("dl.card");
+    // The label is shown as text: no dialog, no extra script element.
+    assert.equal(await seen(details.locator("dd").first()), HOSTILE_LABEL);
+    assert.equal(await page.locator("script").count(), 1);
+    assert.equal(await page.locator('script[src="/assets/site.js"]').count(), 1);
+    // The DID, shortened, with the whole value in the title and a copy button.
+    const didCode = details.locator("code");
+    const shown = await seen(didCode);
+    assert.ok(shown.length < agent.did.length, shown);
+    assert.ok(shown.includes("…"), shown);
+    assert.ok(agent.did.startsWith(shown.split("…")[0] as string), shown);
+    assert.ok(agent.did.endsWith(shown.split("…")[1] as string), shown);
+    assert.equal(await didCode.getAttribute("title"), agent.did);
+    await page.getByRole("button", { name: "Copy DID" }).click();
+    await page.getByRole("status").filter({ hasText: "Copied" }).waitFor();
+    assert.equal(await page.evaluate("navigator.clipboard.readText()"), agent.did);
+    // The expiry: half an hour after the start.
+    const expiry = details.locator("time");
+    assert.equal(await seen(expiry), "in about 30 minutes");
+    const expiresAt = Date.parse((await expiry.getAttribute("datetime")) ?? "");
+    assert.ok(
+      expiresAt >= beforeStart + 1800_000 && expiresAt <= afterStart + 1800_000,
+      `expires ${new Date(expiresAt).toISOString()}`,
+    );
+
+    const shotDir = mkdtempSync(join(tmpdir(), "proto-link-page-"));
+    try {
+      const shot = join(shotDir, "link-page.png");
+      await page.screenshot({ path: shot, fullPage: true });
+      assert.ok(statSync(shot).size > 0, "the screenshot is not empty");
+    } finally {
+      rmSync(shotDir, { recursive: true, force: true });
+    }
+
+    // Confirm: the browser goes to the agent's loopback callback with the outcome.
+    await page.getByRole("button", { name: "Confirm" }).click();
+    await page.waitForURL((url) => url.href.startsWith(callback.url));
+    const landed = new URL(page.url());
+    assert.equal(landed.searchParams.get("req_id"), reqId);
+    assert.equal(landed.searchParams.get("state"), "confirmed");
+    const bindingId = landed.searchParams.get("binding_id") ?? "";
+    assert.match(bindingId, /^bnd_/);
+    // (The browser may also ask that origin for a favicon.)
+    assert.equal(callback.hits.filter((hit) => hit.pathname === "/linked").length, 1);
+
+    // The agent's poll gets the binding, once.
+    const polled = await h.poll(agent, reqId);
+    assert.equal(polled.status, 200, polled.text);
+    assert.equal(polled.json.state, "confirmed");
+    assert.equal(polled.json.binding_id, bindingId);
+    const minted = await h.mint(agent, AUD);
+    assert.equal(minted.status, 200, minted.text);
+    assert.equal(minted.json.verification, "email");
+
+    // The account page lists the binding.
+    await page.goto(`${origin}/account`);
+    await page.getByRole("heading", { name: "Your account" }).waitFor();
+    assert.ok((await seen(page.locator("main"))).includes(email), "the verified address is shown");
+    const card = page.getByRole("region", { name: HOSTILE_LABEL });
+    await card.waitFor();
+    const row = (term: string) => card.locator(`dt:text-is("${term}") + dd`);
+    assert.equal(await seen(row("Agent")), HOSTILE_LABEL);
+    assert.equal(await row("DID").locator("code").getAttribute("title"), agent.did);
+    assert.equal(await seen(row("DID")), shown);
+    for (const term of ["Linked", "Last token", "Lapses"]) {
+      const datetime = await row(term).locator("time").getAttribute("datetime");
+      assert.ok(datetime !== null && !Number.isNaN(Date.parse(datetime)), `${term}: ${datetime}`);
+      assert.match(await seen(row(term)), /^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/);
+    }
+    assert.equal(await page.locator("script").count(), 1);
+
+    // Revoke: the binding leaves the page, and the agent's next mint is refused.
+    await card.getByRole("button", { name: /^Revoke/ }).click();
+    await page.waitForURL((url) => url.pathname === "/account");
+    await page.getByText("No agent is linked to your account.").waitFor();
+    assert.equal(await page.getByRole("region", { name: HOSTILE_LABEL }).count(), 0);
+    assertError(await h.mint(agent, AUD), 403, "binding_revoked");
+
+    assert.deepEqual(dialogs, [], "no script from the label ran");
+  });
+
+  test("every page sends a CSP of default-src 'none' and loads nothing from elsewhere; personal pages are no-store", async () => {
+    assert.ok(documents.length > 0);
+    const attestorPages = documents.filter(
+      (r) => new URL(r.url()).origin === origin && (r.headers()["content-type"] ?? "").startsWith("text/html"),
+    );
+    const paths = new Set(attestorPages.map((r) => new URL(r.url()).pathname));
+    for (const path of ["/signin", "/signin/email", "/signin/email/verify", "/link", "/account"]) {
+      assert.ok(paths.has(path), `the story visited ${path}: ${[...paths].join(", ")}`);
+    }
+    for (const response of attestorPages) {
+      const headers = response.headers();
+      const where = `${response.request().method()} ${response.url()}`;
+      assert.match(headers["content-security-policy"] ?? "", /(^|;\s*)default-src 'none'(;|$)/, where);
+      assert.equal(headers["x-content-type-options"], "nosniff", where);
+    }
+    for (const response of attestorPages) {
+      const path = new URL(response.url()).pathname;
+      if (["/link", "/account", "/signin/email/verify"].includes(path)) {
+        assert.equal(response.headers()["cache-control"], "no-store", `${path} is personal`);
+      }
+    }
+    // Every request the browser made went to the attestor, but for the agent's own callback page.
+    const callbackOrigin = new URL(callback.url).origin;
+    const elsewhere = requested.filter((url) => ![origin, callbackOrigin].includes(new URL(url).origin));
+    assert.deepEqual(elsewhere, []);
+    assert.ok(requested.some((url) => url === `${origin}/assets/site.css`));
+    assert.ok(requested.some((url) => url === `${origin}/assets/site.js`));
+    assert.deepEqual(cspViolations, []);
+  });
+
+  test("a GET of the magic link after sign-in, from a fresh browser, still signs nobody in", async () => {
+    const email = `grace-${Math.random().toString(36).slice(2)}@mail.test`;
+    const fresh = await browser.newContext();
+    try {
+      const tab = await fresh.newPage();
+      await tab.goto(`${origin}/signin`);
+      await tab.getByLabel("E-mail address").fill(email);
+      await tab.getByRole("button", { name: "E-mail me a sign-in link" }).click();
+      await tab.getByRole("heading", { name: "Check your e-mail" }).waitFor();
+      const link = magicLinkOf(await smtp.nextMailTo(email));
+      // A mail scanner fetches the link twice: nothing happens, and the person can still use it.
+      await tab.goto(link);
+      await tab.goto(link);
+      assert.equal(
+        (await fresh.cookies()).find((c) => c.name === "proto_session"),
+        undefined,
+      );
+      await tab.getByRole("button", { name: "Sign in" }).click();
+      await tab.waitForURL((url) => url.pathname === "/account");
+      await tab.getByRole("heading", { name: "Your account" }).waitFor();
+      // Used once: the link now answers that it no longer works.
+      const again = await tab.goto(link);
+      assert.equal(again?.status(), 410);
+      await tab.getByRole("heading", { name: "This sign-in link no longer works" }).waitFor();
+    } finally {
+      await fresh.close();
+    }
+  });
+});
