@@ -1,6 +1,5 @@
 import { type PlatformConfig, readDatabaseUrl, readPlatformConfig } from "../platform/config.js";
-import type { Env, EnvReader } from "../platform/env.js";
-import { EnvReader as Reader } from "../platform/env.js";
+import { type Env, EnvReader as Reader, readLimitOverrides } from "../platform/env.js";
 import { DEFAULT_DIRECTORY_SETTINGS, type DirectorySettings } from "./settings.js";
 
 export interface DirectoryConfig {
@@ -9,27 +8,6 @@ export interface DirectoryConfig {
   databaseUrl: string;
   adminToken: string | undefined;
   settings: DirectorySettings;
-}
-
-const RATE_LIMIT_NAMES = ["challenge", "create", "write", "read", "sitemap"] as const;
-
-/** `DIRECTORY_RATE_LIMITS="read=6000/60,create=100/60"`: count per window seconds, by scope. */
-function readRateLimits(reader: EnvReader): DirectorySettings["rateLimits"] {
-  const limits = { ...DEFAULT_DIRECTORY_SETTINGS.rateLimits };
-  const value = reader.string("DIRECTORY_RATE_LIMITS");
-  if (value === undefined) return limits;
-  for (const entry of value.split(",")) {
-    const match = /^\s*([a-z]+)\s*=\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(entry);
-    const name = match?.[1] as (typeof RATE_LIMIT_NAMES)[number] | undefined;
-    if (match === null || name === undefined || !RATE_LIMIT_NAMES.includes(name) || Number(match[3]) < 1) {
-      reader.problem(
-        `DIRECTORY_RATE_LIMITS entries are scope=count/seconds with scope one of ${RATE_LIMIT_NAMES.join(", ")} (got ${JSON.stringify(entry)})`,
-      );
-      continue;
-    }
-    limits[name] = { ...limits[name], limit: Number(match[2]), windowSeconds: Number(match[3]) };
-  }
-  return limits;
 }
 
 export function readDirectoryConfig(env: Env = process.env, platform?: PlatformConfig): DirectoryConfig {
@@ -74,7 +52,7 @@ export function readDirectoryConfig(env: Env = process.env, platform?: PlatformC
       concurrency: reader.integer("DIRECTORY_REVALIDATE_CONCURRENCY", defaults.revalidation.concurrency, 1, 256),
       tickSeconds: reader.integer("DIRECTORY_REVALIDATE_TICK_SECONDS", defaults.revalidation.tickSeconds, 0, 86400),
     },
-    rateLimits: readRateLimits(reader),
+    rateLimits: readLimitOverrides(reader, "DIRECTORY_RATE_LIMITS", DEFAULT_DIRECTORY_SETTINGS.rateLimits),
   };
   const config: DirectoryConfig = {
     platform: base,

@@ -120,9 +120,17 @@ function initial(engine: Engine): Migration {
 }
 
 /**
+ * Whether the title or the description holds one of the two non-ASCII characters that FTS5's
+ * case folding maps onto ASCII letters (U+212A KELVIN SIGN to k, U+017F LONG S to s). Stored in
+ * the search index, so a scan reads it instead of computing it; `store.ts` writes the same
+ * expression, which SQLite must see verbatim to use the stored value.
+ */
+export const SQLITE_FOLDS_TO_ASCII = "(title glob '*[\u212a\u017f]*' or description glob '*[\u212a\u017f]*')";
+
+/**
  * Indexes for search at scale (SQLite; PostgreSQL's pg_trgm indexes already serve it):
- * - `dir_listings_search_order`: list order with the searched columns, so a scan for a common
- *   term reads one index in order instead of fetching each listing's row;
+ * - `dir_listings_search_order`: list order with the searched columns (and the folding flag
+ *   above), so a scan for a common term reads one index in order instead of each listing's row;
  * - the last one and two characters of each searched column, lowercased, and a vocabulary view of
  *   the trigram index: together they find every listing holding a one- or two-character term
  *   (it either starts one of the column's trigrams or ends the column), so a rare short term no
@@ -134,12 +142,17 @@ function searchIndexes(engine: Engine): Migration {
       if (engine !== "sqlite") return;
       await sql
         .raw(
-          "create index dir_listings_search_order on dir_listings (updated_at, service_did, status, title, description)",
+          `create index dir_listings_search_order on dir_listings
+            (updated_at, service_did, status, title, description, ${SQLITE_FOLDS_TO_ASCII})`,
         )
         .execute(db);
       for (const column of ["title", "description"]) {
-        await sql.raw(`create index dir_listings_${column}_end2 on dir_listings (lower(substr(${column}, -2)))`).execute(db);
-        await sql.raw(`create index dir_listings_${column}_end1 on dir_listings (lower(substr(${column}, -1)))`).execute(db);
+        await sql
+          .raw(`create index dir_listings_${column}_end2 on dir_listings (lower(substr(${column}, -2)))`)
+          .execute(db);
+        await sql
+          .raw(`create index dir_listings_${column}_end1 on dir_listings (lower(substr(${column}, -1)))`)
+          .execute(db);
       }
       await sql.raw("create virtual table dir_listings_fts_vocab using fts5vocab(dir_listings_fts, row)").execute(db);
     },

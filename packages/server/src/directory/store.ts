@@ -2,7 +2,7 @@ import { CompiledQuery, type Insertable, type Kysely, sql, type Transaction } fr
 import type { Engine } from "../platform/database.js";
 import type { Position } from "./cursor.js";
 import type { ListingStatus } from "./listing.js";
-import type { DirectorySchema, ListingRow, ListingTable } from "./migrations.js";
+import { type DirectorySchema, type ListingRow, type ListingTable, SQLITE_FOLDS_TO_ASCII } from "./migrations.js";
 
 export type Db = Kysely<DirectorySchema> | Transaction<DirectorySchema>;
 export type ChallengeRow = DirectorySchema["dir_challenges"];
@@ -234,7 +234,8 @@ function bounds(alias: string, query: ListQuery) {
       sql<boolean>`(${sql.ref(`${alias}.updated_at`)}, ${sql.ref(`${alias}.service_did`)}) > (${query.after.updatedAt}, ${query.after.serviceDid})`,
     );
   }
-  if (query.updatedSince !== undefined) parts.push(sql<boolean>`${sql.ref(`${alias}.updated_at`)} >= ${query.updatedSince}`);
+  if (query.updatedSince !== undefined)
+    parts.push(sql<boolean>`${sql.ref(`${alias}.updated_at`)} >= ${query.updatedSince}`);
   return sql.join(parts, sql` and `);
 }
 
@@ -265,8 +266,12 @@ async function listByTagSqlite(db: Db, query: ListQuery): Promise<ListedRow[]> {
   return result.rows;
 }
 
-/** Non-ASCII characters that FTS5's case folding maps onto ASCII letters (KELVIN SIGN, LONG S). */
-const FOLDS_TO_ASCII = "*[\u212a\u017f]*";
+/**
+ * The stored flag of `dir_listings_search_order` (see migrations.ts) on the columns of `alias`: it
+ * must be written as the index wrote it, literals included, for SQLite to read it from the index.
+ */
+const foldsToAscii = (alias: string) =>
+  sql<boolean>`${sql.raw(SQLITE_FOLDS_TO_ASCII.replace(/\b(title|description)\b/g, `${alias}.$1`))}`;
 
 /** Rows of the search scan a first pass may look at before the indexes are asked instead. */
 const SCAN_BUDGET = 16_000;
@@ -274,7 +279,9 @@ const TAG_SCAN_BUDGET = 6_000;
 /** The most candidates fetched from the full-text index; past that a scan finds the page sooner. */
 const CANDIDATE_CAP = 20_000;
 
-type Predicate = (alias: string) => ReturnType<typeof sql<boolean>>;
+type Condition = ReturnType<typeof sql<boolean>>;
+/** The search on the row of `alias`; `folds` says whether that row holds a character FTS5 folds onto ASCII. */
+type Predicate = (alias: string, folds: Condition) => Condition;
 
 interface SqliteSearch {
   /** Lowercased term. */
@@ -306,14 +313,13 @@ function sqliteSearch(term: string): SqliteSearch {
   const ascii = /^[\x20-\x7e]+$/.test(term);
   const phrase = `"${term.replace(/"/g, '""')}"`;
   const pattern = `%${escapeLike(needle)}%`;
-  const like: Predicate = (a) =>
+  const like = (a: string) =>
     sql<boolean>`(${sql.ref(`${a}.title`)} like ${pattern} escape '\\' or ${sql.ref(`${a}.description`)} like ${pattern} escape '\\')`;
-  const probe: Predicate = (a) =>
+  const probe = (a: string) =>
     sql<boolean>`${sql.ref(`${a}.id`)} in (select rowid from dir_listings_fts where dir_listings_fts match ${phrase} and rowid = ${sql.ref(`${a}.id`)})`;
   let matches: Predicate;
   if (long && ascii) {
-    matches = (a) =>
-      sql<boolean>`(${like(a)} or ((${sql.ref(`${a}.title`)} glob ${FOLDS_TO_ASCII} or ${sql.ref(`${a}.description`)} glob ${FOLDS_TO_ASCII}) and ${probe(a)}))`;
+    matches = (a, folds) => sql<boolean>`(${like(a)} or (${folds} and ${probe(a)}))`;
   } else if (long) {
     matches = probe;
   } else if (ascii) {
@@ -359,10 +365,10 @@ async function scanSqlite(
   const hits =
     query.tag === undefined
       ? await sql<{ id: number }>`select x.id from (
-            select s.id, s.updated_at, s.service_did, s.status, s.title, s.description
+            select s.id, s.updated_at, s.service_did, s.status, s.title, s.description, ${foldsToAscii("s")} as folds
             from dir_listings as s indexed by dir_listings_search_order
             where ${bounds("s", query)} order by s.updated_at, s.service_did limit ${examine}) as x
-          where ${statusIn("x", query.statuses)} and ${search.matches("x")}
+          where ${statusIn("x", query.statuses)} and ${search.matches("x", sql<boolean>`x.folds`)}
           order by x.updated_at, x.service_did limit ${query.limit}`.execute(db)
       : await sql<{ id: number }>`select x.id from (
             select t.listing_id as id, t.updated_at, t.service_did, t.status
@@ -370,7 +376,7 @@ async function scanSqlite(
             where t.tag = ${query.tag} and ${bounds("t", query)} order by t.updated_at, t.service_did limit ${examine}) as k
           cross join dir_listings as x indexed by dir_listings_search_order
             on x.updated_at = k.updated_at and x.service_did = k.service_did
-          where x.id = k.id and ${statusIn("k", query.statuses)} and ${search.matches("x")}
+          where x.id = k.id and ${statusIn("k", query.statuses)} and ${search.matches("x", foldsToAscii("x"))}
           order by k.updated_at, k.service_did limit ${query.limit}`.execute(db);
   const ids = hits.rows.map((r) => r.id);
   if (budget !== undefined && ids.length < query.limit) {
@@ -432,7 +438,7 @@ async function candidatePageSqlite(
     query.tag === undefined
       ? sql<boolean>`1`
       : sql<boolean>`exists (select 1 from dir_listing_tags as g where g.tag = ${query.tag} and g.listing_id = k.id)`;
-  const exact = search.long ? sql<boolean>`1` : search.matches("k");
+  const exact = search.long ? sql<boolean>`1` : search.matches("k", foldsToAscii("k"));
   const hits = await sql<{ id: number }>`select k.id from json_each(${JSON.stringify(candidates)}) as c
     cross join dir_listings as k on k.id = c.value
     where ${statusIn("k", query.statuses)} and ${bounds("k", query)} and ${tag} and ${exact}

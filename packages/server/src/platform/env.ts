@@ -73,3 +73,36 @@ export class EnvReader {
     if (this.problems.length > 0) throw new ConfigError(this.problems);
   }
 }
+
+/** A rule the operator may override: a count per window, in seconds. */
+export interface LimitRule {
+  limit: number;
+  windowSeconds: number;
+}
+
+/**
+ * Rate-limit overrides from one variable, `scope=count/seconds,...` (e.g.
+ * `DIRECTORY_RATE_LIMITS="read=6000/60"`). Unknown scopes and bad entries are reported.
+ */
+export function readLimitOverrides<K extends string, R extends LimitRule>(
+  reader: EnvReader,
+  variable: string,
+  defaults: Record<K, R>,
+): Record<K, R> {
+  const limits = { ...defaults };
+  const value = reader.string(variable);
+  if (value === undefined) return limits;
+  const scopes = Object.keys(defaults) as K[];
+  for (const entry of value.split(",")) {
+    const match = /^\s*([a-z_]+)\s*=\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(entry);
+    const scope = match?.[1] as K | undefined;
+    if (match === null || scope === undefined || !scopes.includes(scope) || Number(match[3]) < 1) {
+      reader.problem(
+        `${variable} entries are scope=count/seconds with scope one of ${scopes.join(", ")} (got ${JSON.stringify(entry)})`,
+      );
+      continue;
+    }
+    limits[scope] = { ...limits[scope], limit: Number(match[2]), windowSeconds: Number(match[3]) };
+  }
+  return limits;
+}

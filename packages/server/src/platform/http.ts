@@ -91,7 +91,13 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   // Query strings and path parameters are text and are coerced to the schema's types; JSON bodies
   // are validated exactly as sent, so `"title": 42` or `"tags": [1]` is invalid, never "42".
   const ajvFor = (coerceTypes: boolean) => {
-    const ajv = new Ajv.default({ coerceTypes, useDefaults: true, removeAdditional: false, allErrors: false, strict: false });
+    const ajv = new Ajv.default({
+      coerceTypes,
+      useDefaults: true,
+      removeAdditional: false,
+      allErrors: false,
+      strict: false,
+    });
     addFormats.default(ajv);
     return ajv;
   };

@@ -1,5 +1,5 @@
 import { type PlatformConfig, readDatabaseUrl, readPlatformConfig } from "../platform/config.js";
-import { type Env, EnvReader } from "../platform/env.js";
+import { type Env, EnvReader, readLimitOverrides } from "../platform/env.js";
 import { type OidcClient, parseOidcClients } from "./oidc/clients.js";
 import { type PaymentConfig, readPaymentConfig } from "./payment/config.js";
 import { dataDirectory, readTrustSecrets, type TrustSecrets } from "./secrets.js";
@@ -27,35 +27,24 @@ export interface TrustConfig {
   upstreamOidc: UpstreamOidcConfig | undefined;
 }
 
-const RATE_LIMIT_NAMES = ["link_start", "link_start_agent", "link_poll", "token", "read"] as const;
-const SETTING_KEYS = {
-  link_start: "linkStart",
-  link_start_agent: "linkStartPerAgent",
-  link_poll: "linkPoll",
-  token: "token",
-  read: "read",
-} as const;
-
+/** Rate-limit scopes an operator names in `TRUST_RATE_LIMITS`. */
 function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["rateLimits"] {
-  const limits = {
-    ...DEFAULT_TRUST_SETTINGS.rateLimits,
-    tokenPerBinding: { ...DEFAULT_TRUST_SETTINGS.rateLimits.tokenPerBinding, limit: dailyLimit },
+  const defaults = DEFAULT_TRUST_SETTINGS.rateLimits;
+  const scoped = readLimitOverrides(reader, "TRUST_RATE_LIMITS", {
+    link_start: defaults.linkStart,
+    link_start_agent: defaults.linkStartPerAgent,
+    link_poll: defaults.linkPoll,
+    token: defaults.token,
+    read: defaults.read,
+  });
+  return {
+    linkStart: scoped.link_start,
+    linkStartPerAgent: scoped.link_start_agent,
+    linkPoll: scoped.link_poll,
+    token: scoped.token,
+    read: scoped.read,
+    tokenPerBinding: { ...defaults.tokenPerBinding, limit: dailyLimit },
   };
-  const value = reader.string("TRUST_RATE_LIMITS");
-  if (value === undefined) return limits;
-  for (const entry of value.split(",")) {
-    const match = /^\s*([a-z_]+)\s*=\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(entry);
-    const name = match?.[1] as (typeof RATE_LIMIT_NAMES)[number] | undefined;
-    if (match === null || name === undefined || !RATE_LIMIT_NAMES.includes(name) || Number(match[3]) < 1) {
-      reader.problem(
-        `TRUST_RATE_LIMITS entries are scope=count/seconds with scope one of ${RATE_LIMIT_NAMES.join(", ")} (got ${JSON.stringify(entry)})`,
-      );
-      continue;
-    }
-    const key = SETTING_KEYS[name];
-    limits[key] = { ...limits[key], limit: Number(match[2]), windowSeconds: Number(match[3]) };
-  }
-  return limits;
 }
 
 export function readTrustConfig(env: Env = process.env, platform?: PlatformConfig): TrustConfig {

@@ -62,8 +62,12 @@ export function readTrustSecrets(reader: EnvReader, production: boolean, dataDir
   // Only what development itself generated is kept in the file; a key from the environment
   // stays in the environment.
   const kept = {
-    key_encryption_key: found.keyEncryptionKey ? stored.key_encryption_key : (stored.key_encryption_key ?? randomBytes(32).toString("base64url")),
-    pseudonym_key: found.pseudonymKey ? stored.pseudonym_key : (stored.pseudonym_key ?? randomBytes(32).toString("base64url")),
+    key_encryption_key: found.keyEncryptionKey
+      ? stored.key_encryption_key
+      : (stored.key_encryption_key ?? randomBytes(32).toString("base64url")),
+    pseudonym_key: found.pseudonymKey
+      ? stored.pseudonym_key
+      : (stored.pseudonym_key ?? randomBytes(32).toString("base64url")),
   };
   const keyEncryptionKey = found.keyEncryptionKey ?? Buffer.from(kept.key_encryption_key as string, "base64url");
   const pseudonymKey = found.pseudonymKey ?? Buffer.from(kept.pseudonym_key as string, "base64url");

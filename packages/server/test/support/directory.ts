@@ -1,19 +1,12 @@
-import { Writable } from "node:stream";
 import { createTestCA, DISCOVERY_PATH, type HttpsHost, PROOF_PATH, startHttpsHost, type TestCA } from "@proto/testkit";
-import { Redis } from "ioredis";
 import { buildDirectoryApp, type DirectoryApp } from "../../src/directory/app.js";
 import { readDirectoryConfig } from "../../src/directory/config.js";
+import { dropRedisPrefix, type HttpResult, httpRequest, quietLog, type RequestOptions } from "./http.js";
 import { createTestDatabase, REDIS_URL, type StoreVariant, type TestDatabase, uniquePrefix } from "./stores.js";
 
-export const ADMIN_TOKEN = "admin-token-for-tests-0123456789";
+export type { HttpResult, RequestOptions };
 
-export interface HttpResult {
-  status: number;
-  headers: Headers;
-  text: string;
-  /** The parsed body (undefined when it is not JSON). */
-  json: any;
-}
+export const ADMIN_TOKEN = "admin-token-for-tests-0123456789";
 
 /** One service host the directory can fetch from: its own hostname, proof and discovery document. */
 export interface Site {
@@ -52,14 +45,6 @@ export interface DirectoryHarness {
   close(): Promise<void>;
 }
 
-export interface RequestOptions {
-  body?: unknown;
-  /** Sent as is (for malformed JSON). */
-  rawBody?: string | Buffer;
-  headers?: Record<string, string>;
-  token?: string;
-}
-
 export interface DirectoryHarnessOptions {
   /** How many sites the suite may use (each is a name pinned through PROTO_FETCH_RESOLVE). */
   sites?: number;
@@ -70,13 +55,6 @@ export interface DirectoryHarnessOptions {
    */
   extraResolve?: string[];
 }
-
-const quiet = () =>
-  new Writable({
-    write(_chunk, _encoding, done) {
-      done();
-    },
-  });
 
 export async function startDirectoryHarness(
   variant: StoreVariant,
@@ -118,7 +96,7 @@ export async function startDirectoryHarness(
     ...options.env,
   };
   const app = await buildDirectoryApp(readDirectoryConfig(env), {
-    logStream: quiet(),
+    logStream: quietLog(),
     fetchCa: ca.certPem,
     redisPrefix,
   });
@@ -178,23 +156,7 @@ export async function startDirectoryHarness(
         },
       };
     },
-    async request(method, path, options = {}) {
-      const headers: Record<string, string> = { ...options.headers };
-      let body: string | Buffer | undefined;
-      if (options.rawBody !== undefined) body = options.rawBody;
-      else if (options.body !== undefined) body = JSON.stringify(options.body);
-      if (body !== undefined && headers["content-type"] === undefined) headers["content-type"] = "application/json";
-      if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
-      const response = await fetch(`${url}${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
-      const text = await response.text();
-      let json: unknown;
-      try {
-        json = text.length > 0 ? JSON.parse(text) : undefined;
-      } catch {
-        json = undefined;
-      }
-      return { status: response.status, headers: response.headers, text, json };
-    },
+    request: (method, path, options) => httpRequest(url, method, path, options),
     async advance(seconds) {
       const result = await harness.request("POST", "/__test/clock", { body: { advance_seconds: seconds } });
       if (result.status !== 200) throw new Error(`clock hook answered ${result.status}`);
@@ -221,12 +183,7 @@ export async function startDirectoryHarness(
       await app.close();
       await host.close();
       await database.drop();
-      if (variant.redis && REDIS_URL) {
-        const redis = new Redis(REDIS_URL);
-        const keys = await redis.keys(`${redisPrefix}*`);
-        if (keys.length > 0) await redis.del(...keys);
-        redis.disconnect();
-      }
+      if (variant.redis) await dropRedisPrefix(redisPrefix);
     },
   };
   return harness;

@@ -1,12 +1,10 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto";
 import { createServer } from "node:net";
-import { Writable } from "node:stream";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
-import { Redis } from "ioredis";
 import { buildTrustApp, type TrustApp } from "../../src/trust/app.js";
 import { readTrustConfig } from "../../src/trust/config.js";
-import type { HttpResult, RequestOptions } from "./directory.js";
+import { dropRedisPrefix, type HttpResult, httpRequest, quietLog, type RequestOptions } from "./http.js";
 import { createTestDatabase, REDIS_URL, type StoreVariant, type TestDatabase, uniquePrefix } from "./stores.js";
 
 /** The key-encryption key every harness is configured with (tests read sealed rows with it). */
@@ -101,13 +99,6 @@ export interface MintOptions {
   unsigned?: boolean;
 }
 
-const quiet = () =>
-  new Writable({
-    write(_chunk, _encoding, done) {
-      done();
-    },
-  });
-
 export async function startTrustHarness(
   variant: StoreVariant,
   options: {
@@ -132,7 +123,7 @@ export async function startTrustHarness(
     ...(variant.redis && REDIS_URL ? { REDIS_URL } : {}),
     ...options.env,
   };
-  const app = await buildTrustApp(readTrustConfig(env), { logStream: quiet(), redisPrefix });
+  const app = await buildTrustApp(readTrustConfig(env), { logStream: quietLog(), redisPrefix });
   await app.app.listen({ port: options.port ?? 0, host: "127.0.0.1" });
   const address = app.app.server.address();
   if (address === null || typeof address === "string") throw new Error("no address");
@@ -144,23 +135,7 @@ export async function startTrustHarness(
     variant,
     databaseUrl: database.url,
     app,
-    async request(method, path, options = {}) {
-      const headers: Record<string, string> = { ...options.headers };
-      let body: string | Buffer | undefined;
-      if (options.rawBody !== undefined) body = options.rawBody;
-      else if (options.body !== undefined) body = JSON.stringify(options.body);
-      if (body !== undefined && headers["content-type"] === undefined) headers["content-type"] = "application/json";
-      if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
-      const response = await fetch(`${url}${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
-      const text = await response.text();
-      let json: unknown;
-      try {
-        json = text.length > 0 ? JSON.parse(text) : undefined;
-      } catch {
-        json = undefined;
-      }
-      return { status: response.status, headers: response.headers, text, json } as HttpResult;
-    },
+    request: (method, path, options) => httpRequest(url, method, path, options),
     async advance(seconds) {
       const result = await harness.request("POST", "/__test/clock", { body: { advance_seconds: seconds } });
       if (result.status !== 200) throw new Error(`clock hook answered ${result.status}`);
@@ -220,12 +195,7 @@ export async function startTrustHarness(
     async close() {
       await app.close();
       if (ownsDatabase) await database.drop();
-      if (variant.redis && REDIS_URL) {
-        const redis = new Redis(REDIS_URL);
-        const keys = await redis.keys(`${redisPrefix}*`);
-        if (keys.length > 0) await redis.del(...keys);
-        redis.disconnect();
-      }
+      if (variant.redis) await dropRedisPrefix(redisPrefix);
     },
   };
   return harness;

@@ -1,0 +1,64 @@
+import { Writable } from "node:stream";
+import { Redis } from "ioredis";
+import { REDIS_URL } from "./stores.js";
+
+export interface HttpResult {
+  status: number;
+  headers: Headers;
+  text: string;
+  /** The parsed body (undefined when it is not JSON); tests read it field by field. */
+  // biome-ignore lint/suspicious/noExplicitAny: response bodies of many shapes, asserted field by field
+  json: any;
+}
+
+export interface RequestOptions {
+  body?: unknown;
+  /** Sent as is (for malformed JSON). */
+  rawBody?: string | Buffer;
+  headers?: Record<string, string>;
+  token?: string;
+}
+
+/** One request to a server under test: JSON in, status, headers, text and parsed JSON out. */
+export async function httpRequest(
+  baseUrl: string,
+  method: string,
+  path: string,
+  options: RequestOptions = {},
+): Promise<HttpResult> {
+  const headers: Record<string, string> = { ...options.headers };
+  let body: string | Buffer | undefined;
+  if (options.rawBody !== undefined) body = options.rawBody;
+  else if (options.body !== undefined) body = JSON.stringify(options.body);
+  if (body !== undefined && headers["content-type"] === undefined) headers["content-type"] = "application/json";
+  if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
+  const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
+  const text = await response.text();
+  let json: unknown;
+  try {
+    json = text.length > 0 ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  return { status: response.status, headers: response.headers, text, json };
+}
+
+/** A log destination that drops everything, so test output stays readable. */
+export const quietLog = () =>
+  new Writable({
+    write(_chunk, _encoding, done) {
+      done();
+    },
+  });
+
+/** Removes every key a test run wrote under its prefix. */
+export async function dropRedisPrefix(prefix: string): Promise<void> {
+  if (!REDIS_URL) return;
+  const redis = new Redis(REDIS_URL);
+  try {
+    const keys = await redis.keys(`${prefix}*`);
+    if (keys.length > 0) await redis.del(...keys);
+  } finally {
+    redis.disconnect();
+  }
+}
