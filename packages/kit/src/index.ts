@@ -1,1 +1,55 @@
-export {};
+export type { AttestorConfig, KitAttestation, ResolvedAttestor } from "./attestors.js";
+export { AttestorRegistry } from "./attestors.js";
+export type { BuildDiscoveryOptions, DiscoveryInput } from "./discovery.js";
+export {
+  assertDiscoveryDocument,
+  buildDiscoveryDocument,
+  DEFAULT_ENDPOINTS,
+  DiscoveryDocumentError,
+} from "./discovery.js";
+export type { KitErrorUse, KitSpecificErrorCode } from "./errors.js";
+export { KIT_ERRORS, KIT_SPECIFIC_ERRORS, kitError } from "./errors.js";
+export type { CreateServiceOptions, RequireAgentOptions } from "./fastify.js";
+export { agentRoute, captureRawBody, createService, requireAgent, toKitRequest } from "./fastify.js";
+export type { KitRequest, KitResponse } from "./http.js";
+export { toFetchResponse } from "./http.js";
+export type {
+  AgentContext,
+  AttestedSessionOptions,
+  AuthenticateOptions,
+  InvitationEvent,
+  KitOptions,
+  KitRoute,
+} from "./kit.js";
+export {
+  createKit,
+  DEFAULT_EXTENDED_SESSION_SECONDS,
+  DEFAULT_INVITATION_TTL_SECONDS,
+  DEFAULT_OWNER_FRESHNESS_SECONDS,
+  DEFAULT_OWNER_PATH,
+  DEFAULT_OWNER_SESSION_TTL_SECONDS,
+  errorToResponse,
+  Kit,
+} from "./kit.js";
+export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";
+export { MemoryRateLimiter, StoreRateLimiter } from "./rate-limit.js";
+export type { AccountResource, AccountState } from "./resource.js";
+export type { NewOwnerSession, OwnerSession } from "./sessions.js";
+export type { SignInResult } from "./signin.js";
+export { SIGNIN_REQUEST_TTL_SECONDS } from "./signin.js";
+export type { OpenKitStoreOptions } from "./store/kysely-store.js";
+export { KyselyKitStore, openKitStore } from "./store/kysely-store.js";
+export { KIT_MIGRATION_TABLE } from "./store/migrations.js";
+export type { KitDatabase } from "./store/schema.js";
+export type {
+  AccountRecord,
+  AttestationUpdate,
+  InvitationRecord,
+  InvitationStatus,
+  KitStore,
+  NewAccount,
+  PersonRecord,
+  RotateOutcome,
+  SessionRecord,
+  SignInRequestRecord,
+} from "./store/types.js";

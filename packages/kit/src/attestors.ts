@@ -1,0 +1,138 @@
+import {
+  type AttestationVerifier,
+  createAttestationVerifier,
+  type FetchFunction,
+  type KeyLookup,
+  protoError,
+  RemoteKeySet,
+  staticKeySet,
+  type VerifiedAttestation,
+} from "@proto/protocol";
+import { decodeJwt, type JSONWebKeySet } from "jose";
+
+/**
+ * One accepted attestor. It is named (the key of `KitOptions.attestors`) by its attestation issuer,
+ * the `iss` of its attestations (`proto-trust`), which is also listed in `billing.accepted_attestors`;
+ * `url` is its `{trust_url}`, the `iss` of its id_tokens. Both forms canonicalise to the name.
+ */
+export interface AttestorConfig {
+  /** `{trust_url}`: the id_token issuer and OpenID provider. Needed for sign-in. */
+  url?: string;
+  /**
+   * Where its verification keys are: a key set URL, a `RemoteKeySet`, or a static JWK set.
+   * Default `{url}/.well-known/jwks.json`.
+   */
+  keySet?: string | URL | RemoteKeySet | JSONWebKeySet;
+  /** Sign-in with this attestor (needs `url`; default on when `url` is set). */
+  signIn?: boolean | { clientId?: string };
+  /** Development and tests only: allow a plain-http `url` for the OpenID provider. */
+  allowHttp?: boolean;
+  /** A lower bound on attestation `iat` (Unix seconds, or a function), to bound the effect of revocation. */
+  minIssuedAt?: number | (() => number);
+}
+
+export interface ResolvedAttestor {
+  /** The canonical issuer: the attestation `iss`. */
+  name: string;
+  url: string | undefined;
+  keys: KeyLookup;
+  verifier: AttestationVerifier;
+  signIn: { clientId: string } | undefined;
+  allowHttp: boolean;
+}
+
+export interface KitAttestation extends VerifiedAttestation {
+  /** The canonical issuer (the attestor's configured name). */
+  canonicalIssuer: string;
+}
+
+function withoutTrailingSlash(url: string): string {
+  return url.endsWith("/") ? url.slice(0, -1) : url;
+}
+
+export class AttestorRegistry {
+  readonly #byName = new Map<string, ResolvedAttestor>();
+  readonly #serviceDid: string;
+
+  constructor(
+    config: Record<string, AttestorConfig>,
+    options: { serviceDid: string; accepted: readonly string[]; now: () => number; fetch?: FetchFunction | undefined },
+  ) {
+    this.#serviceDid = options.serviceDid;
+    for (const name of options.accepted) {
+      const entry = config[name];
+      if (entry === undefined) {
+        throw new Error(`billing.accepted_attestors lists ${JSON.stringify(name)} but attestors has no entry for it`);
+      }
+      const url = entry.url === undefined ? undefined : withoutTrailingSlash(new URL(entry.url).href);
+      if (url !== undefined && !url.startsWith("https://") && !entry.allowHttp) {
+        throw new Error(`attestor ${name}: url must be https (allowHttp is for development and tests)`);
+      }
+      const source = entry.keySet ?? (url === undefined ? undefined : `${url}/.well-known/jwks.json`);
+      if (source === undefined) throw new Error(`attestor ${name}: set url or keySet`);
+      const keys: KeyLookup =
+        source instanceof RemoteKeySet
+          ? source.getKey
+          : typeof source === "string" || source instanceof URL
+            ? new RemoteKeySet(source, { now: options.now, ...(options.fetch ? { fetch: options.fetch } : {}) }).getKey
+            : staticKeySet(source);
+      const verifier = createAttestationVerifier({
+        keySet: keys,
+        issuers: [name],
+        now: options.now,
+        ...(entry.minIssuedAt === undefined ? {} : { minIssuedAt: entry.minIssuedAt }),
+      });
+      const signInEnabled = entry.signIn !== false && url !== undefined;
+      const clientId = typeof entry.signIn === "object" ? entry.signIn.clientId : undefined;
+      this.#byName.set(name, {
+        name,
+        url,
+        keys,
+        verifier,
+        signIn: signInEnabled ? { clientId: clientId ?? options.serviceDid } : undefined,
+        allowHttp: entry.allowHttp ?? false,
+      });
+    }
+  }
+
+  get names(): string[] {
+    return [...this.#byName.keys()];
+  }
+
+  get(name: string): ResolvedAttestor | undefined {
+    return this.#byName.get(name);
+  }
+
+  /** Attestors a person can sign in with. */
+  signInAttestors(): ResolvedAttestor[] {
+    return [...this.#byName.values()].filter((a) => a.signIn !== undefined);
+  }
+
+  /**
+   * The canonical issuer for either form an attestor goes by: its attestation issuer (`proto-trust`)
+   * or its `{trust_url}` (with or without a trailing slash). Undefined for anyone else.
+   */
+  canonicalIssuer(issuer: string): string | undefined {
+    if (this.#byName.has(issuer)) return issuer;
+    const bare = withoutTrailingSlash(issuer);
+    for (const attestor of this.#byName.values())
+      if (attestor.url !== undefined && attestor.url === bare) return attestor.name;
+    return undefined;
+  }
+
+  /** Verifies a `Proto-Attestation` JWT presented by `agentDid`; throws `invalid_attestation`. */
+  async verify(jwt: string, agentDid: string): Promise<KitAttestation> {
+    let issuer: unknown;
+    try {
+      issuer = decodeJwt(jwt).iss;
+    } catch {
+      throw protoError("invalid_attestation", { message: "attestation is not a JWT" });
+    }
+    const attestor = typeof issuer === "string" ? this.#byName.get(issuer) : undefined;
+    if (attestor === undefined) {
+      throw protoError("invalid_attestation", { message: "attestation issuer is not accepted by this service" });
+    }
+    const verified = await attestor.verifier.verify(jwt, { audience: this.#serviceDid, agentDid });
+    return { ...verified, canonicalIssuer: attestor.name };
+  }
+}

@@ -1,0 +1,147 @@
+/**
+ * The Fastify adapter. Fastify is not a dependency of the kit: only its types are used, and the
+ * instance is the one you pass in.
+ */
+import { Readable } from "node:stream";
+import { ProtoError } from "@proto/protocol";
+import type {
+  FastifyInstance,
+  FastifyPluginAsync,
+  FastifyReply,
+  FastifyRequest,
+  preHandlerAsyncHookHandler,
+  preParsingAsyncHookHandler,
+} from "fastify";
+import { asProtoError, kitError } from "./errors.js";
+import { errorResponse, type KitRequest, type KitResponse, publicUrlFor, toHeaders } from "./http.js";
+import type { AgentContext, Kit } from "./kit.js";
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** The verified agent of the request (set by `requireAgent`), else null. */
+    proto: AgentContext | null;
+  }
+}
+
+const rawBodies = new WeakMap<object, Buffer>();
+
+function send(reply: FastifyReply, response: KitResponse): FastifyReply {
+  reply.code(response.status);
+  for (const [name, value] of Object.entries(response.headers)) reply.header(name, value);
+  return reply.send(response.body ?? "");
+}
+
+function sendError(reply: FastifyReply, error: unknown, onUnexpected?: (error: unknown) => void): FastifyReply {
+  const { error: protoErr, unexpected } = asProtoError(error);
+  if (unexpected) onUnexpected?.(error);
+  return send(reply, errorResponse(protoErr));
+}
+
+/** The kit's view of a Fastify request: the public URL and the exact body bytes. */
+export function toKitRequest(kit: Kit, request: FastifyRequest): KitRequest {
+  const captured = rawBodies.get(request.raw);
+  const parsed = Buffer.isBuffer(request.body) ? request.body : undefined;
+  const body = captured ?? parsed;
+  return {
+    method: request.method.toUpperCase(),
+    url: publicUrlFor(kit.origin, request.url),
+    headers: toHeaders(request.headers as Record<string, string | string[] | undefined>),
+    body: body === undefined || body.length === 0 ? undefined : body,
+  };
+}
+
+/**
+ * A `preParsing` hook that keeps the exact body bytes (signatures cover them) and hands the same
+ * bytes on to Fastify's parsers. Add it where `requireAgent` guards routes with a body; `agentRoute`
+ * does it for you.
+ */
+export const captureRawBody: preParsingAsyncHookHandler = async (request, _reply, payload) => {
+  const limit = request.routeOptions.bodyLimit ?? 1024 * 1024;
+  const chunks: Buffer[] = [];
+  let total = 0;
+  for await (const chunk of payload as AsyncIterable<Buffer | string>) {
+    const buffer = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
+    total += buffer.length;
+    if (total > limit) throw kitError("payload_too_large");
+    chunks.push(buffer);
+  }
+  const body = Buffer.concat(chunks);
+  rawBodies.set(request.raw, body);
+  const stream = Readable.from(body.length === 0 ? [] : [body]) as Readable & { receivedEncodedLength?: number };
+  stream.receivedEncodedLength = body.length;
+  return stream;
+};
+
+export interface RequireAgentOptions {
+  /** The rate-limit bucket (default `METHOD /route/pattern`). */
+  route?: string;
+}
+
+/**
+ * A `preHandler` that verifies the agent request (signature, replay, revocation, attestation,
+ * account: implicit signup, expiry, rate limit, attested session) and sets `request.proto`; errors
+ * are answered in the envelope. Routes with a body also need `captureRawBody` (see `agentRoute`).
+ */
+export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHandlerAsyncHookHandler {
+  return async function protoRequireAgent(request, reply) {
+    try {
+      const kitRequest = toKitRequest(kit, request);
+      if (kitRequest.body === undefined && request.body !== undefined && request.body !== null) {
+        throw new Error("requireAgent: the raw body was not captured; add captureRawBody as a preParsing hook");
+      }
+      const route = options.route ?? `${request.method} ${request.routeOptions.url ?? request.url}`;
+      request.proto = await kit.authenticateRequest(kitRequest, route);
+    } catch (error) {
+      return sendError(reply, error, (e) => request.log.error({ err: e }, "proto kit: unexpected error"));
+    }
+  };
+}
+
+/** Route options for an agent-only route: `app.post("/notes", agentRoute(kit), handler)`. */
+export function agentRoute(kit: Kit, options: RequireAgentOptions = {}) {
+  return { preParsing: captureRawBody, preHandler: requireAgent(kit, options) };
+}
+
+export interface CreateServiceOptions {
+  /** Log unexpected errors through Fastify's logger (default true). */
+  log?: boolean;
+}
+
+/**
+ * The Fastify plugin of the kit: mounts `/.well-known/proto` and every endpoint named by the
+ * discovery document (accounts, `accounts/me`, owner invitation, key rotation, claim page, claim
+ * completion) plus the owner routes (`{ownerPath}/signin`, `/callback`, `/signout`, `/accounts`,
+ * `/accounts/revoke`, `/accounts/rekey`). It also decorates `request.proto` for `requireAgent`.
+ * Register it once, at the root: `await app.register(createService(kit))`.
+ */
+export function createService(kit: Kit, options: CreateServiceOptions = {}): FastifyPluginAsync {
+  const plugin: FastifyPluginAsync = async (app: FastifyInstance) => {
+    if (!app.hasRequestDecorator("proto")) app.decorateRequest("proto", null);
+    await app.register(async (routes) => {
+      // Kit routes read the exact bytes themselves, whatever the content type.
+      routes.removeAllContentTypeParsers();
+      routes.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body, done) => done(null, body));
+      routes.setErrorHandler((error, request, reply) => {
+        if (error instanceof ProtoError) return sendError(reply, error);
+        const status = (error as { statusCode?: number }).statusCode ?? 500;
+        if (status === 413) return sendError(reply, kitError("payload_too_large"));
+        if (status >= 400 && status < 500) {
+          return sendError(reply, new ProtoError("malformed_request", 400, (error as Error).message));
+        }
+        if (options.log !== false) request.log.error({ err: error }, "proto kit: unexpected error");
+        return sendError(reply, kitError("internal_error"));
+      });
+      for (const route of kit.routes) {
+        routes.route({
+          method: route.method === "GET" ? ["GET", "HEAD"] : route.method,
+          url: route.path,
+          bodyLimit: kit.maxBodyBytes,
+          handler: async (request, reply) => send(reply, await kit.dispatch(toKitRequest(kit, request))),
+        });
+      }
+    });
+  };
+  // Like fastify-plugin: the request decoration belongs to the application, not to a child scope.
+  (plugin as unknown as Record<symbol, unknown>)[Symbol.for("skip-override")] = true;
+  return plugin;
+}

@@ -1,0 +1,125 @@
+import type { ProtoError } from "@proto/protocol";
+import { kitError } from "./errors.js";
+
+/** A request as the kit's core sees it, whatever the framework: the public URL and the exact body bytes. */
+export interface KitRequest {
+  method: string;
+  /** The URL the client used on the public origin (what an agent signed). */
+  url: URL;
+  headers: Headers;
+  body: Uint8Array | undefined;
+}
+
+/** A response of the kit's core; adapters turn it into a Fetch `Response` or a framework reply. */
+export interface KitResponse {
+  status: number;
+  headers: Record<string, string | string[]>;
+  body: string | undefined;
+}
+
+export const DEFAULT_MAX_BODY_BYTES = 64 * 1024;
+
+export function jsonResponse(
+  status: number,
+  value: unknown,
+  headers: Record<string, string | string[]> = {},
+): KitResponse {
+  return {
+    status,
+    headers: { "content-type": "application/json; charset=utf-8", "cache-control": "no-store", ...headers },
+    body: JSON.stringify(value),
+  };
+}
+
+export function errorResponse(error: ProtoError): KitResponse {
+  return jsonResponse(error.status, error.toEnvelope(), error.headers());
+}
+
+export function redirectResponse(location: string, cookies: string[] = []): KitResponse {
+  return {
+    status: 303,
+    headers: { location, "cache-control": "no-store", ...(cookies.length > 0 ? { "set-cookie": cookies } : {}) },
+    body: undefined,
+  };
+}
+
+/** Headers from a plain object (node:http, Fastify) or a `Headers`. */
+export function toHeaders(source: Headers | Record<string, string | string[] | undefined>): Headers {
+  if (source instanceof Headers) return source;
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(source)) {
+    if (value === undefined) continue;
+    headers.set(name, Array.isArray(value) ? value.join(", ") : value);
+  }
+  return headers;
+}
+
+export function parseCookies(header: string | null | undefined): Map<string, string> {
+  const cookies = new Map<string, string>();
+  if (!header) return cookies;
+  for (const part of header.split(";")) {
+    const index = part.indexOf("=");
+    if (index <= 0) continue;
+    const name = part.slice(0, index).trim();
+    const value = part.slice(index + 1).trim();
+    if (!cookies.has(name)) cookies.set(name, value);
+  }
+  return cookies;
+}
+
+export interface CookieOptions {
+  maxAgeSeconds: number;
+  path: string;
+  secure: boolean;
+}
+
+export function serializeCookie(name: string, value: string, options: CookieOptions): string {
+  return [
+    `${name}=${value}`,
+    `Path=${options.path}`,
+    `Max-Age=${Math.max(0, Math.floor(options.maxAgeSeconds))}`,
+    "HttpOnly",
+    "SameSite=Lax",
+    ...(options.secure ? ["Secure"] : []),
+  ].join("; ");
+}
+
+/** The URL on the public origin for a request path (`/a?b`), never letting the path change the host. */
+export function publicUrlFor(origin: string, pathAndQuery: string): URL {
+  const path = pathAndQuery.startsWith("/") ? pathAndQuery : `/${pathAndQuery}`;
+  return new URL(`${origin}${path}`);
+}
+
+/** Reads a Fetch body with a cap; a larger body is 413 `payload_too_large`. */
+export async function readFetchBody(request: Request, maxBytes: number): Promise<Uint8Array | undefined> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (Number.isFinite(declared) && declared > maxBytes) throw kitError("payload_too_large");
+  if (request.body === null) return undefined;
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
+    total += chunk.byteLength;
+    if (total > maxBytes) throw kitError("payload_too_large");
+    chunks.push(chunk);
+  }
+  return total === 0 ? undefined : Buffer.concat(chunks);
+}
+
+export async function fromFetchRequest(request: Request, origin: string, maxBytes: number): Promise<KitRequest> {
+  const url = new URL(request.url);
+  return {
+    method: request.method.toUpperCase(),
+    url: publicUrlFor(origin, `${url.pathname}${url.search}`),
+    headers: request.headers,
+    body: await readFetchBody(request, maxBytes),
+  };
+}
+
+export function toFetchResponse(response: KitResponse): Response {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(response.headers)) {
+    if (Array.isArray(value)) for (const item of value) headers.append(name, item);
+    else headers.set(name, value);
+  }
+  return new Response(response.body ?? null, { status: response.status, headers });
+}

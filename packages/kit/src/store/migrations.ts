@@ -1,0 +1,95 @@
+import { type Kysely, type Migration, sql } from "kysely";
+
+export type Engine = "sqlite" | "postgres";
+
+/** The kit's migration history lives in its own table, so it can share a database with the service. */
+export const KIT_MIGRATION_TABLE = "kit_migrations";
+
+function initial(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    `create table kit_people (
+      id text primary key,
+      issuer text not null,
+      subject text not null,
+      created_at ${bigint} not null
+    )`,
+    "create unique index kit_people_subject on kit_people (issuer, subject)",
+    `create table kit_accounts (
+      id text primary key,
+      did text not null,
+      created_at ${bigint} not null,
+      claimed_at ${bigint},
+      owner_key text,
+      owner_recipient text,
+      owner_person_id text references kit_people (id),
+      person_id text references kit_people (id),
+      attested_issuer text,
+      attested_verification text,
+      attested_at ${bigint},
+      attested_until ${bigint},
+      key_revoked_at ${bigint}
+    )`,
+    "create unique index kit_accounts_did on kit_accounts (did)",
+    "create index kit_accounts_person on kit_accounts (person_id)",
+    "create index kit_accounts_owner_person on kit_accounts (owner_person_id)",
+    "create index kit_accounts_owner_key on kit_accounts (owner_key)",
+    `create table kit_revoked_keys (
+      did text primary key,
+      account_id text,
+      revoked_at ${bigint} not null,
+      reason text not null
+    )`,
+    `create table kit_invitations (
+      id text primary key,
+      account_id text not null references kit_accounts (id),
+      token_hash text not null,
+      recipient_key text not null,
+      recipient text not null,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      status text not null,
+      resolved_at ${bigint}
+    )`,
+    "create unique index kit_invitations_token on kit_invitations (token_hash)",
+    // At most one pending invitation per account: a replacement is one transaction, and a
+    // concurrent second one fails on this index instead of leaving two live tokens.
+    "create unique index kit_invitations_pending on kit_invitations (account_id) where status = 'pending'",
+    `create table kit_sessions (
+      id_hash text primary key,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      authenticated_at ${bigint},
+      identities text not null,
+      person_id text,
+      csrf text not null
+    )`,
+    "create index kit_sessions_expiry on kit_sessions (expires_at)",
+    `create table kit_signin_requests (
+      state_hash text primary key,
+      attestor text not null,
+      code_verifier text not null,
+      nonce text not null,
+      return_to text not null,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null
+    )`,
+    "create index kit_signin_requests_expiry on kit_signin_requests (expires_at)",
+    `create table kit_rate_counters (
+      bucket text not null,
+      window_start ${bigint} not null,
+      count integer not null,
+      primary key (bucket, window_start)
+    )`,
+    "create index kit_rate_counters_window on kit_rate_counters (window_start)",
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
+}
+
+export function kitMigrations(engine: Engine): Record<string, Migration> {
+  return { "0001_initial": initial(engine) };
+}

@@ -1,0 +1,867 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import {
+  type DiscoveryDocument,
+  isReservedErrorCode,
+  ProtoError,
+  RESERVED_ERRORS,
+  signRequest,
+  validateDiscoveryDocument,
+} from "@proto/protocol";
+import { decodeJwt } from "jose";
+import { errorToResponse, KIT_ERRORS, type KitStore, openKitStore } from "../src/index.js";
+import { TestAttestor } from "./support/attestor.js";
+import { Browser, field, link } from "./support/browser.js";
+import {
+  type TestClock as Clock,
+  createTestDatabase,
+  ENGINES,
+  emailAddress,
+  newAgent,
+  reportSkippedEngines,
+  TestClock,
+  type TestDatabase,
+} from "./support/env.js";
+import { CodeLedger, startService, type TestService } from "./support/service.js";
+
+/**
+ * Issue 7, the kit end to end: a Fastify service built on the kit, agents signing with the protocol
+ * library, attestations minted by our attestor (in process, on the suite's clock), and people
+ * signing in at the attestor's OpenID provider by the e-mail flow. Every reserved code is reached
+ * by a real request.
+ */
+
+reportSkippedEngines();
+
+const MAIN = { origin: "https://notes.example", did: "did:web:notes.example" };
+const FREE = { origin: "https://free.example", did: "did:web:free.example" };
+const LIMITED = { origin: "https://limited.example", did: "did:web:limited.example" };
+const EXTENDED = { origin: "https://extended.example", did: "did:web:extended.example" };
+/** Registered at the attestor with another service_did: its id_tokens carry the wrong audience. */
+const MISMATCH = { origin: "https://mismatch.example", did: "did:web:mismatch.example" };
+const ME = "/proto/v1/accounts/me";
+const ACCOUNTS = "/proto/v1/accounts";
+const INVITE = "/proto/v1/accounts/me/owner-invitation";
+const ROTATE = "/proto/v1/accounts/me/keys/rotate";
+const CLAIM = "/proto/v1/claim";
+const OWNER = "/proto/owner";
+const INVITATION_TTL = 3600;
+
+for (const engine of ENGINES) {
+  describe(`kit end to end (${engine})`, { timeout: 120_000 }, () => {
+    let database: TestDatabase;
+    let store: KitStore;
+    let clock: Clock;
+    let attestor: TestAttestor;
+    let main: TestService;
+    let free: TestService;
+    let limited: TestService;
+    let extended: TestService;
+    let mismatch: TestService;
+    let services: Map<string, TestService["app"]>;
+    const ledger = new CodeLedger();
+
+    before(async () => {
+      database = await createTestDatabase(engine);
+      store = await openKitStore(database.url);
+      clock = new TestClock();
+      attestor = await TestAttestor.start(clock, [
+        { client_id: MAIN.did, service_did: MAIN.did, redirect_uris: [`${MAIN.origin}${OWNER}/callback`] },
+        {
+          client_id: MISMATCH.did,
+          service_did: "did:web:someone-else.example",
+          redirect_uris: [`${MISMATCH.origin}${OWNER}/callback`],
+        },
+      ]);
+      const attestors = { "proto-trust": { url: attestor.url, allowHttp: true } };
+      main = await startService(
+        {
+          publicUrl: MAIN.origin,
+          discovery: {
+            service_did: MAIN.did,
+            recipient_types: ["email", "oidc"],
+            features: ["attestation", "key_rotation", "attested_session"],
+          },
+          attestors,
+          store,
+          now: clock.now,
+          invitationTtlSeconds: INVITATION_TTL,
+          onError: (error) => {
+            throw error;
+          },
+        },
+        clock,
+      );
+      free = await startService(
+        {
+          publicUrl: FREE.origin,
+          discovery: { service_did: FREE.did, billing: { unclaimed_mode: "free" } },
+          implicitSignup: false,
+          store,
+          now: clock.now,
+        },
+        clock,
+      );
+      limited = await startService(
+        {
+          publicUrl: LIMITED.origin,
+          discovery: {
+            service_did: LIMITED.did,
+            billing: { unclaimed_mode: "free" },
+            limits: { unclaimed_rate_limit_per_hour: 3, unclaimed_ttl_seconds: 3600 },
+          },
+          store,
+          now: clock.now,
+        },
+        clock,
+      );
+      extended = await startService(
+        {
+          publicUrl: EXTENDED.origin,
+          discovery: { service_did: EXTENDED.did, features: ["attestation", "attested_session"] },
+          attestors,
+          attestedSession: { mode: "extended", seconds: 1800 },
+          store,
+          now: clock.now,
+        },
+        clock,
+      );
+      mismatch = await startService(
+        { publicUrl: MISMATCH.origin, discovery: { service_did: MISMATCH.did }, attestors, store, now: clock.now },
+        clock,
+      );
+      services = new Map([
+        [MISMATCH.origin, mismatch.app],
+        [MAIN.origin, main.app],
+        [FREE.origin, free.app],
+        [LIMITED.origin, limited.app],
+        [EXTENDED.origin, extended.app],
+      ]);
+    });
+
+    after(async () => {
+      await main?.close();
+      await free?.close();
+      await limited?.close();
+      await extended?.close();
+      await mismatch?.close();
+      await attestor?.close();
+      await store?.close();
+      await database?.drop();
+    });
+
+    /** An agent linked to `email` at the attestor, with a fresh attestation for `aud`. */
+    async function attestedAgent(email = emailAddress("agent"), aud = MAIN.did) {
+      const agent = await attestor.link(undefined, email);
+      return { agent, email, jwt: await attestor.mint(agent, aud) };
+    }
+
+    /** An attested agent signed up at the main service. */
+    async function signedUp(email = emailAddress("agent")) {
+      const { agent, jwt } = await attestedAgent(email);
+      const me = await main.signed(agent, "GET", ME, { attestation: jwt });
+      assert.equal(me.status, 200, me.text);
+      return { agent, email, jwt, account: me.json.account };
+    }
+
+    async function signIn(browser: Browser, email: string, returnTo = `${OWNER}/accounts`) {
+      const start = `${MAIN.origin}${OWNER}/signin?${new URLSearchParams({ attestor: "proto-trust", return_to: returnTo })}`;
+      return browser.follow(start, attestor, email);
+    }
+
+    function newBrowser() {
+      return new Browser(services);
+    }
+
+    test("GET /.well-known/proto: the document built from the configuration, valid under the protocol schema", async () => {
+      const answer = await main.request("GET", "/.well-known/proto");
+      assert.equal(answer.status, 200, answer.text);
+      assert.match(answer.headers.get("cache-control") ?? "", /max-age=300/);
+      assert.equal(answer.headers.get("access-control-allow-origin"), "*");
+      const result = validateDiscoveryDocument(answer.json);
+      assert.ok(result.valid, JSON.stringify(result));
+      const doc = answer.json as DiscoveryDocument;
+      assert.deepEqual(doc.endpoints, {
+        accounts: ACCOUNTS,
+        owner_invitation: INVITE,
+        claim_completion: CLAIM,
+        key_rotation: ROTATE,
+        claim_page: `${MAIN.origin}/proto/claim`,
+      });
+      assert.deepEqual(doc.billing, { unclaimed_mode: "attested_only", accepted_attestors: ["proto-trust"] });
+      assert.deepEqual(doc.recipient_types, ["email", "oidc"]);
+      assert.equal(doc.proto_version, "0.1");
+      assert.deepEqual(doc.signature_algorithms, ["ed25519"]);
+      const freeDoc = (await free.request("GET", "/.well-known/proto")).json;
+      assert.deepEqual(freeDoc.billing, { unclaimed_mode: "free", accepted_attestors: [] });
+      assert.equal(freeDoc.recipient_types, undefined, "absent: e-mail only");
+    });
+
+    test("attested_only: a signup without an attestation is 401 attestation_required and creates no account", async () => {
+      const agent = newAgent();
+      ledger.expect(await main.signed(agent, "GET", ME), 401, "attestation_required");
+      ledger.expect(await main.signed(agent, "POST", ACCOUNTS), 401, "attestation_required");
+      ledger.expect(
+        await main.signed(agent, "POST", "/api/notes", { body: { text: "hi" } }),
+        401,
+        "attestation_required",
+      );
+      assert.equal(await store.findAccountByDid(agent.did), undefined, "no account was created");
+    });
+
+    test("attested signup: the first valid signed request creates an UNCLAIMED account with the attestation", async () => {
+      const email = emailAddress("first");
+      const { agent, jwt } = await attestedAgent(email);
+      const before = clock.now();
+      const me = await main.signed(agent, "GET", ME, { attestation: jwt });
+      assert.equal(me.status, 200, me.text);
+      const account = me.json.account;
+      assert.deepEqual(Object.keys(account).sort(), [
+        "attested",
+        "created_at",
+        "did",
+        "expires_at",
+        "id",
+        "invitation",
+        "key_revoked_at",
+        "owner",
+        "state",
+      ]);
+      assert.equal(account.did, agent.did);
+      assert.equal(account.state, "UNCLAIMED");
+      assert.match(account.id, /^acct_/);
+      assert.ok(Date.parse(account.created_at) >= before - 1000);
+      assert.equal(account.expires_at, null);
+      assert.equal(account.owner, null);
+      assert.equal(account.invitation, null);
+      assert.equal(account.attested.issuer, "proto-trust");
+      assert.equal(account.attested.verification, "email");
+      assert.equal(account.attested.session_expires_at, new Date((decodeJwt(jwt).exp as number) * 1000).toISOString());
+      // Within the attested session, requests need no attestation; explicit signup answers 200 (exists).
+      assert.equal((await main.signed(agent, "GET", ME)).status, 200);
+      const again = await main.signed(agent, "POST", ACCOUNTS);
+      assert.equal(again.status, 200, again.text);
+      assert.equal(again.json.account.id, account.id);
+      // The account is keyed to the person the attestation names (canonical issuer + sub_h).
+      const record = await store.findAccountByDid(agent.did);
+      assert.ok(record?.personId);
+      const person = await store.findPerson(record.personId);
+      assert.deepEqual([person?.issuer, person?.subject], ["proto-trust", decodeJwt(jwt).sub_h]);
+    });
+
+    test("request signatures: unsigned, tampered, expired and replayed requests", async () => {
+      const { agent } = await signedUp();
+      ledger.expect(await main.request("GET", ME), 401, "invalid_signature");
+      ledger.expect(
+        await main.signed(agent, "POST", "/api/notes", { body: { text: "signed" }, sentBody: '{"text":"altered"}' }),
+        401,
+        "invalid_signature",
+      );
+      const now = clock.nowSeconds();
+      ledger.expect(
+        await main.signed(agent, "GET", ME, { created: now - 300, expires: now - 200 }),
+        401,
+        "expired_signature",
+      );
+      const headers = signRequest(
+        { method: "GET", url: `${MAIN.origin}${ME}` },
+        { keyid: agent.did, privateKey: agent.privateKey, created: now },
+      ).headers;
+      assert.equal((await main.signed(agent, "GET", ME, { replay: { ...headers } })).status, 200);
+      ledger.expect(await main.signed(agent, "GET", ME, { replay: { ...headers } }), 401, "replayed_nonce");
+      // A request signed for another origin does not verify here.
+      const foreign = signRequest(
+        { method: "GET", url: `https://elsewhere.example${ME}` },
+        { keyid: agent.did, privateKey: agent.privateKey, created: now },
+      ).headers;
+      ledger.expect(await main.signed(agent, "GET", ME, { replay: { ...foreign } }), 401, "invalid_signature");
+    });
+
+    test("attestations: garbage, another audience, another agent, an issuer the service does not accept", async () => {
+      const { agent, jwt } = await attestedAgent();
+      const fresh = newAgent();
+      ledger.expect(await main.signed(fresh, "GET", ME, { attestation: "not-a-jwt" }), 401, "invalid_attestation");
+      const otherAud = await attestor.mint(agent, "did:web:other.example");
+      ledger.expect(await main.signed(agent, "GET", ME, { attestation: otherAud }), 401, "invalid_attestation");
+      ledger.expect(await main.signed(fresh, "GET", ME, { attestation: jwt }), 401, "invalid_attestation");
+      assert.equal(await store.findAccountByDid(agent.did), undefined);
+      assert.equal(await store.findAccountByDid(fresh.did), undefined);
+      // The free service accepts no attestor: a presented attestation is refused, not ignored.
+      const forFree = await attestor.mint(agent, FREE.did);
+      const refused = await free.signed(agent, "POST", ACCOUNTS, { attestation: forFree });
+      ledger.expect(refused, 401, "invalid_attestation");
+      assert.match(refused.json.error.message, /not accepted/);
+    });
+
+    test("attested session (strict): lapses at the attestation's exp; a fresh attestation renews it", async () => {
+      const { agent, jwt } = await signedUp();
+      const exp = decodeJwt(jwt).exp as number;
+      clock.advance(exp - clock.nowSeconds() - 5);
+      assert.equal((await main.signed(agent, "GET", ME)).status, 200, "still inside the window");
+      clock.advance(10);
+      const lapsed = await main.signed(agent, "GET", ME);
+      ledger.expect(lapsed, 401, "attestation_required");
+      assert.match(lapsed.json.error.message, /lapsed/);
+      const renewed = await main.signed(agent, "GET", ME, { attestation: await attestor.mint(agent, MAIN.did) });
+      assert.equal(renewed.status, 200, renewed.text);
+      assert.ok(Date.parse(renewed.json.account.attested.session_expires_at) > clock.now());
+      assert.equal((await main.signed(agent, "GET", ME)).status, 200);
+    });
+
+    test("attested session (extended): one presentation keeps the account usable for the window, then attestation_required", async () => {
+      const { agent, jwt } = await attestedAgent(emailAddress("ext"), EXTENDED.did);
+      const first = await extended.signed(agent, "GET", ME, { attestation: jwt });
+      assert.equal(first.status, 200, first.text);
+      clock.advance(1000); // past the token's exp (900 s), inside the 1800 s window
+      assert.equal((await extended.signed(agent, "GET", ME)).status, 200);
+      clock.advance(900);
+      ledger.expect(await extended.signed(agent, "GET", ME), 401, "attestation_required");
+      const back = await extended.signed(agent, "GET", ME, { attestation: await attestor.mint(agent, EXTENDED.did) });
+      assert.equal(back.status, 200, back.text);
+    });
+
+    test("owner invitation: malformed bodies, unsupported and invalid recipients", async () => {
+      const { agent } = await signedUp();
+      ledger.expect(await main.signed(agent, "POST", INVITE, { rawBody: "{not json" }), 400, "malformed_request");
+      ledger.expect(await main.signed(agent, "POST", INVITE, { body: {} }), 400, "malformed_request");
+      ledger.expect(
+        await main.signed(agent, "POST", INVITE, { body: { recipient: { type: 7 } } }),
+        400,
+        "malformed_request",
+      );
+      ledger.expect(
+        await main.signed(agent, "POST", INVITE, { body: { recipient: { type: "phone", value: "+14155550173" } } }),
+        400,
+        "unsupported_recipient_type",
+      );
+      ledger.expect(
+        await main.signed(agent, "POST", INVITE, { body: { recipient: { type: "fax", value: "+14155550173" } } }),
+        400,
+        "unsupported_recipient_type",
+      );
+      ledger.expect(
+        await main.signed(agent, "POST", INVITE, { body: { recipient: { type: "email", value: "no at sign" } } }),
+        400,
+        "malformed_request",
+      );
+      const me = await main.signed(agent, "GET", ME);
+      assert.equal(me.json.account.state, "UNCLAIMED", "nothing was staged");
+      // Without recipient_types only e-mail is accepted.
+      const freeAgent = newAgent();
+      assert.equal((await free.signed(freeAgent, "POST", ACCOUNTS)).status, 201);
+      ledger.expect(
+        await free.signed(freeAgent, "POST", INVITE, {
+          body: { recipient: { type: "oidc", value: { issuer: "https://i.example", sub: "1" } } },
+        }),
+        400,
+        "unsupported_recipient_type",
+      );
+      const ok = await free.signed(freeAgent, "POST", INVITE, {
+        body: { recipient: { type: "email", value: "Owner@Example.COM" } },
+      });
+      assert.equal(ok.status, 201, ok.text);
+      assert.deepEqual(ok.json.invitation.recipient, { type: "email", value: "owner@example.com" }, "normalised");
+    });
+
+    test("one pending invitation, replaced atomically: the old token answers invitation_expired (410), an unknown one invitation_not_found (404)", async () => {
+      const { agent } = await signedUp();
+      const first = await main.signed(agent, "POST", INVITE, {
+        body: { recipient: { type: "email", value: "a@example.com" } },
+      });
+      assert.equal(first.status, 201, first.text);
+      assert.deepEqual(Object.keys(first.json).sort(), ["account", "invitation"]);
+      assert.deepEqual(Object.keys(first.json.invitation).sort(), [
+        "claim_token",
+        "claim_url",
+        "expires_at",
+        "recipient",
+      ]);
+      assert.equal(first.json.account.state, "INVITED");
+      const claimUrl = new URL(first.json.invitation.claim_url);
+      assert.equal(`${claimUrl.origin}${claimUrl.pathname}`, `${MAIN.origin}/proto/claim`);
+      assert.equal(claimUrl.searchParams.get("token"), first.json.invitation.claim_token);
+      const second = await main.signed(agent, "POST", INVITE, {
+        body: { recipient: { type: "email", value: "b@example.com" } },
+      });
+      assert.equal(second.status, 201);
+      const me = await main.signed(agent, "GET", ME);
+      assert.equal(me.json.account.state, "INVITED");
+      assert.deepEqual(me.json.account.invitation.recipient, { type: "email", value: "b@example.com" });
+
+      const browser = newBrowser();
+      const replacedPage = await browser.get(first.json.invitation.claim_url);
+      assert.equal(replacedPage.status, 410);
+      assert.match(replacedPage.text, /invitation_expired/);
+      ledger.expect(
+        await main.request("POST", CLAIM, { body: { token: first.json.invitation.claim_token } }),
+        410,
+        "invitation_expired",
+      );
+      const unknown = await browser.get(`${MAIN.origin}/proto/claim?token=clm_nothing`);
+      assert.equal(unknown.status, 404);
+      assert.match(unknown.text, /invitation_not_found/);
+      ledger.expect(await main.request("POST", CLAIM, { body: { token: "clm_nothing" } }), 404, "invitation_not_found");
+      ledger.expect(await main.request("POST", CLAIM, { body: {} }), 400, "malformed_request");
+      // Concurrent replacements leave exactly one live invitation.
+      const raced = await Promise.all(
+        ["c@example.com", "d@example.com", "e@example.com"].map((value) =>
+          main.signed(agent, "POST", INVITE, { body: { recipient: { type: "email", value } } }),
+        ),
+      );
+      assert.deepEqual(
+        raced.map((r) => r.status),
+        [201, 201, 201],
+      );
+      const live = [];
+      for (const r of raced) {
+        const answer = await main.request("POST", CLAIM, { body: { token: r.json.invitation.claim_token } });
+        live.push(answer.json.error.code);
+      }
+      assert.deepEqual(
+        live.sort(),
+        ["invitation_expired", "invitation_expired", "owner_authentication_required"],
+        "one token is live (it asks for a session), the others were replaced",
+      );
+    });
+
+    test("an invitation past its TTL is invitation_expired and the account is UNCLAIMED again", async () => {
+      const { agent, jwt } = await signedUp();
+      const staged = await main.signed(agent, "POST", INVITE, {
+        body: { recipient: { type: "email", value: "late@example.com" } },
+      });
+      assert.equal(staged.status, 201);
+      clock.advance(INVITATION_TTL + 1);
+      ledger.expect(
+        await main.request("POST", CLAIM, { body: { token: staged.json.invitation.claim_token } }),
+        410,
+        "invitation_expired",
+      );
+      const me = await main.signed(agent, "GET", ME, { attestation: await attestor.mint(agent, MAIN.did) });
+      assert.equal(me.status, 200, me.text);
+      assert.equal(me.json.account.state, "UNCLAIMED");
+      assert.ok(jwt);
+    });
+
+    test("claim with an e-mail identity the service verified itself; no authentication time means too stale", async () => {
+      const { agent } = await signedUp();
+      const staged = await main.signed(agent, "POST", INVITE, {
+        body: { recipient: { type: "email", value: "carol@example.com" } },
+      });
+      const token = staged.json.invitation.claim_token;
+      const stale = await main.kit.createOwnerSession({ identities: [{ type: "email", value: "carol@example.com" }] });
+      const cookie = stale.setCookie.split(";")[0] as string;
+      ledger.expect(
+        await main.request("POST", CLAIM, { body: { token }, headers: { cookie } }),
+        403,
+        "owner_session_too_stale",
+      );
+      const wrong = await main.kit.createOwnerSession({
+        identities: [{ type: "email", value: "mallory@example.com" }],
+        authenticatedAt: clock.now(),
+      });
+      ledger.expect(
+        await main.request("POST", CLAIM, {
+          body: { token },
+          headers: { cookie: wrong.setCookie.split(";")[0] as string },
+        }),
+        403,
+        "owner_authentication_required",
+      );
+      const carol = await main.kit.createOwnerSession({
+        identities: [{ type: "email", value: "Carol@Example.com" }],
+        authenticatedAt: clock.now(),
+      });
+      const carolCookie = carol.setCookie.split(";")[0] as string;
+      const claimed = await main.request("POST", CLAIM, { body: { token }, headers: { cookie: carolCookie } });
+      assert.equal(claimed.status, 200, claimed.text);
+      assert.equal(claimed.json.account.state, "CLAIMED");
+      assert.deepEqual(claimed.json.account.owner.recipient, { type: "email", value: "carol@example.com" });
+      const owned = await main.request("GET", `${OWNER}/accounts`, { headers: { cookie: carolCookie } });
+      assert.equal(owned.status, 200, owned.text);
+      assert.deepEqual(
+        owned.json.accounts.map((a: { did: string; relation: string }) => [a.did, a.relation]),
+        [[agent.did, "owner"]],
+      );
+      ledger.expect(
+        await main.request("POST", CLAIM, { body: { token }, headers: { cookie: carolCookie } }),
+        409,
+        "already_claimed",
+      );
+    });
+
+    test("pre-claim key rotation signed by the old key: the account moves to the new DID, the old key is revoked", async () => {
+      const { agent, account } = await signedUp();
+      const next = newAgent();
+      ledger.expect(
+        await main.signed(agent, "POST", ROTATE, { body: { new_account_did: "did:key:nope" } }),
+        400,
+        "malformed_request",
+      );
+      ledger.expect(
+        await main.signed(agent, "POST", ROTATE, { body: { new_account_did: "did:web:example.com" } }),
+        400,
+        "malformed_request",
+      );
+      const taken = await signedUp();
+      const inUse = await main.signed(agent, "POST", ROTATE, { body: { new_account_did: taken.agent.did } });
+      assert.equal(inUse.status, 409, inUse.text);
+      assert.equal(inUse.json.error.code, "kit_did_in_use");
+      const rotated = await main.signed(agent, "POST", ROTATE, { body: { new_account_did: next.did } });
+      assert.equal(rotated.status, 200, rotated.text);
+      assert.equal(rotated.json.account.did, next.did);
+      assert.equal(rotated.json.account.id, account.id);
+      ledger.expect(await main.signed(agent, "GET", ME), 401, "revoked_key");
+      const me = await main.signed(next, "GET", ME, {
+        attestation: await attestor.mint(await attestor.link(next, emailAddress("next")), MAIN.did),
+      });
+      assert.equal(me.status, 200, me.text);
+      assert.equal(me.json.account.id, account.id);
+      // The old DID can never come back, not even as a fresh signup.
+      ledger.expect(await main.signed(agent, "POST", ACCOUNTS), 401, "revoked_key");
+    });
+
+    describe("the ceremony: an agent invites its own human, who signs in with the attestor and claims", () => {
+      let alice: {
+        agent: ReturnType<typeof newAgent>;
+        email: string;
+        jwt: string;
+        account: { id: string; did: string };
+      };
+      let subH: string;
+      let token: string;
+      let claimUrl: string;
+      let aliceB: Browser;
+      let bobB: Browser;
+      const aliceBrowser = () => aliceB;
+
+      before(async () => {
+        alice = await signedUp(emailAddress("alice"));
+        subH = decodeJwt(alice.jwt).sub_h as string;
+        aliceB = newBrowser();
+        bobB = newBrowser();
+      });
+
+      test("the agent stages an oidc invitation for the person its attestations name ({trust_url} canonicalised)", async () => {
+        const staged = await main.signed(alice.agent, "POST", INVITE, {
+          body: { recipient: { type: "oidc", value: { issuer: attestor.url, sub: subH } } },
+        });
+        assert.equal(staged.status, 201, staged.text);
+        assert.deepEqual(staged.json.invitation.recipient, {
+          type: "oidc",
+          value: { issuer: "proto-trust", sub: subH },
+        });
+        token = staged.json.invitation.claim_token;
+        claimUrl = staged.json.invitation.claim_url;
+      });
+
+      test("claim completion without a session is 401; the claim page offers sign-in", async () => {
+        ledger.expect(await main.request("POST", CLAIM, { body: { token } }), 401, "owner_authentication_required");
+        const page = await aliceBrowser().get(claimUrl);
+        assert.equal(page.status, 200, page.text);
+        assert.equal(page.headers.get("referrer-policy"), "no-referrer");
+        assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'none'/);
+        assert.ok(page.text.includes(alice.agent.did));
+        assert.ok(link(page.text, `${OWNER}/signin?`));
+      });
+
+      test("signing in lands the person in the account their agent's attestations created", async () => {
+        const page = await aliceBrowser().get(claimUrl);
+        const signInHref = `${MAIN.origin}${link(page.text, `${OWNER}/signin?`)}`;
+        const startedAt = clock.nowSeconds() * 1000;
+        const landed = await aliceBrowser().follow(signInHref, attestor, alice.email);
+        const finishedAt = clock.now();
+        assert.equal(landed.status, 200, landed.text);
+        assert.equal(landed.url, claimUrl, "back on the claim page");
+        assert.ok(field(landed.text, "csrf"));
+        assert.equal(field(landed.text, "token"), token);
+        assert.ok(aliceBrowser().cookie(MAIN.origin, "proto_owner"));
+
+        const owned = await aliceBrowser().get(`${MAIN.origin}${OWNER}/accounts`);
+        assert.equal(owned.status, 200, owned.text);
+        assert.equal(owned.json.person.issuer, "proto-trust", "the canonical issuer, not {trust_url}");
+        assert.equal(owned.json.person.subject, subH, "the id_token sub is the attestation's sub_h");
+        const record = await store.findAccountByDid(alice.agent.did);
+        assert.equal(owned.json.person.id, record?.personId, "the same person the agent's attestation created");
+        assert.deepEqual(
+          owned.json.accounts.map((a: { did: string; relation: string }) => [a.did, a.relation]),
+          [[alice.agent.did, "attested"]],
+        );
+        assert.deepEqual(owned.json.identities, [{ type: "oidc", value: { issuer: "proto-trust", sub: subH } }]);
+        const authenticatedAt = Date.parse(owned.json.authenticated_at);
+        assert.ok(
+          authenticatedAt >= startedAt && authenticatedAt <= finishedAt,
+          "the id_token's iat, issued during the sign-in",
+        );
+        assert.equal(authenticatedAt % 1000, 0, "whole seconds, as iat");
+      });
+
+      test("someone else, signed in, cannot claim it (403)", async () => {
+        const bobEmail = emailAddress("bob");
+        await attestor.link(undefined, bobEmail); // Bob exists at the attestor as well
+        const landed = await bobB.follow(
+          `${MAIN.origin}${OWNER}/signin?attestor=proto-trust&return_to=${encodeURIComponent(`${OWNER}/accounts`)}`,
+          attestor,
+          bobEmail,
+        );
+        assert.equal(landed.status, 200, landed.text);
+        assert.deepEqual(landed.json.accounts, [], "Bob's agent never signed up here");
+        const refused = await bobB.send("POST", `${MAIN.origin}${CLAIM}`, { json: { token } });
+        ledger.expect(refused, 403, "owner_authentication_required");
+      });
+
+      test("a form post needs the page's form token", async () => {
+        const forged = await aliceBrowser().send("POST", `${MAIN.origin}${CLAIM}`, { form: { token, csrf: "forged" } });
+        assert.equal(forged.status, 403, forged.text);
+        assert.match(forged.text, /kit_csrf/);
+      });
+
+      test("the person claims through the page; the account is CLAIMED and owned", async () => {
+        const page = await aliceBrowser().get(claimUrl);
+        const done = await aliceBrowser().send("POST", `${MAIN.origin}${CLAIM}`, {
+          form: { token: field(page.text, "token"), csrf: field(page.text, "csrf") },
+        });
+        assert.equal(done.status, 200, done.text);
+        assert.match(done.text, /Agent claimed/);
+        const me = await main.signed(alice.agent, "GET", ME);
+        assert.equal(me.status, 200, me.text);
+        assert.equal(me.json.account.state, "CLAIMED");
+        assert.deepEqual(me.json.account.owner.recipient, {
+          type: "oidc",
+          value: { issuer: "proto-trust", sub: subH },
+        });
+        const owned = await aliceBrowser().get(`${MAIN.origin}${OWNER}/accounts`);
+        assert.equal(owned.json.accounts[0].relation, "owner");
+        const again = await aliceBrowser().send("POST", `${MAIN.origin}${CLAIM}`, { json: { token } });
+        ledger.expect(again, 409, "already_claimed");
+        const claimedPage = await aliceBrowser().get(claimUrl);
+        assert.equal(claimedPage.status, 409);
+      });
+
+      test("after the claim the agent key alone cannot invite or re-key", async () => {
+        ledger.expect(
+          await main.signed(alice.agent, "POST", INVITE, {
+            body: { recipient: { type: "email", value: "x@example.com" } },
+          }),
+          409,
+          "already_claimed",
+        );
+        ledger.expect(
+          await main.signed(alice.agent, "POST", ROTATE, { body: { new_account_did: newAgent().did } }),
+          403,
+          "owner_binding_blocked",
+        );
+      });
+
+      test("owner operations: no session 401, someone else's session 403, an unclaimed account 409", async () => {
+        const body = { did: alice.agent.did };
+        ledger.expect(
+          await main.request("POST", `${OWNER}/accounts/revoke`, { body }),
+          401,
+          "owner_authentication_required",
+        );
+        const bobRevoke = await bobB.send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, { json: body });
+        ledger.expect(bobRevoke, 403, "owner_authentication_required");
+        const unclaimed = await signedUp();
+        const onUnclaimed = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
+          json: { did: unclaimed.agent.did },
+        });
+        ledger.expect(onUnclaimed, 409, "not_claimed");
+        const notJson = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
+          form: { did: alice.agent.did },
+        });
+        ledger.expect(notJson, 400, "malformed_request");
+      });
+
+      test("the owner re-keys the account; the old key is revoked", async () => {
+        const next = newAgent();
+        const rekeyed = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/rekey`, {
+          json: { did: alice.agent.did, new_account_did: next.did },
+        });
+        assert.equal(rekeyed.status, 200, rekeyed.text);
+        assert.equal(rekeyed.json.account.did, next.did);
+        assert.equal(rekeyed.json.account.state, "CLAIMED");
+        ledger.expect(await main.signed(alice.agent, "GET", ME), 401, "revoked_key");
+        const me = await main.signed(next, "GET", ME);
+        assert.equal(me.status, 200, me.text);
+        assert.equal(me.json.account.id, alice.account.id);
+        alice.agent = next;
+      });
+
+      test("owner-binding operations need a recent authentication: 301 s later it is owner_session_too_stale", async () => {
+        clock.advance(301);
+        const stale = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
+          json: { did: alice.agent.did },
+        });
+        ledger.expect(stale, 403, "owner_session_too_stale");
+        // Signing in again refreshes the authentication time; the revocation then goes through.
+        const landed = await signIn(aliceBrowser(), alice.email);
+        assert.equal(landed.status, 200, landed.text);
+        const revoked = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
+          json: { did: alice.agent.did },
+        });
+        assert.equal(revoked.status, 200, revoked.text);
+        assert.ok(revoked.json.account.key_revoked_at);
+        ledger.expect(await main.signed(alice.agent, "GET", ME), 401, "revoked_key");
+      });
+
+      test("sign-out ends the owner session", async () => {
+        const out = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/signout`);
+        assert.equal(out.status, 200, out.text);
+        assert.equal(aliceBrowser().cookie(MAIN.origin, "proto_owner"), undefined);
+        const after = await aliceBrowser().get(`${MAIN.origin}${OWNER}/accounts`);
+        ledger.expect(after, 401, "owner_authentication_required");
+      });
+
+      test("a callback that this browser did not start is refused", async () => {
+        const stray = await newBrowser().get(`${MAIN.origin}${OWNER}/callback?code=abc&state=xyz`);
+        assert.equal(stray.status, 400, stray.text);
+        assert.match(stray.text, /kit_signin_failed/);
+      });
+    });
+
+    test("sign-in: an id_token for another audience is refused; nobody lands in an empty account", async () => {
+      // The attestor registered this client with another service_did, so its id_tokens name
+      // another audience (and another pairwise subject): the kit refuses them.
+      const browser = newBrowser();
+      const answer = await browser.follow(
+        `${MISMATCH.origin}${OWNER}/signin?attestor=proto-trust`,
+        attestor,
+        emailAddress("mis"),
+      );
+      assert.equal(answer.status, 400, answer.text);
+      assert.match(answer.text, /kit_signin_failed/);
+      assert.match(answer.text, /aud/);
+      assert.equal(browser.cookie(MISMATCH.origin, "proto_owner"), undefined, "no owner session");
+    });
+
+    test("implicit signup off: unknown_account until POST {accounts} creates the account", async () => {
+      const agent = newAgent();
+      ledger.expect(await free.signed(agent, "GET", ME), 404, "unknown_account");
+      ledger.expect(await free.signed(agent, "POST", "/api/notes", { body: { a: 1 } }), 404, "unknown_account");
+      assert.equal(await store.findAccountByDid(agent.did), undefined);
+      const created = await free.signed(agent, "POST", ACCOUNTS);
+      assert.equal(created.status, 201, created.text);
+      assert.equal(created.json.account.attested, null, "free: no attestation needed");
+      assert.equal((await free.signed(agent, "GET", ME)).status, 200);
+    });
+
+    test("per-route, per-DID hourly limit for unclaimed accounts: 429 rate_limit_exceeded with Retry-After", async () => {
+      clock.alignTo(3600);
+      const agent = newAgent();
+      for (let i = 0; i < 3; i++) assert.equal((await limited.signed(agent, "GET", ME)).status, 200);
+      const refused = await limited.signed(agent, "GET", ME);
+      ledger.expect(refused, 429, "rate_limit_exceeded");
+      const retryAfter = Number(refused.headers.get("retry-after"));
+      assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 3600, `Retry-After ${retryAfter}`);
+      assert.equal((await limited.signed(agent, "GET", "/api/whoami")).status, 200, "another route has its own bucket");
+      assert.equal((await limited.signed(newAgent(), "GET", ME)).status, 200, "another DID has its own bucket");
+      clock.advance(retryAfter);
+      assert.equal((await limited.signed(agent, "GET", ME)).status, 200, "the next window");
+    });
+
+    test("limits.unclaimed_ttl_seconds: an unclaimed account past it is 410 account_expired", async () => {
+      const agent = newAgent();
+      const created = await limited.signed(agent, "GET", ME);
+      assert.equal(created.status, 200, created.text);
+      assert.equal(
+        created.json.account.expires_at,
+        new Date(Date.parse(created.json.account.created_at) + 3600_000).toISOString(),
+      );
+      const staged = await limited.signed(agent, "POST", INVITE, {
+        body: { recipient: { type: "email", value: "ttl@example.com" } },
+      });
+      assert.equal(staged.status, 201);
+      clock.advance(3601);
+      ledger.expect(await limited.signed(agent, "GET", ME), 410, "account_expired");
+      ledger.expect(
+        await limited.request("POST", CLAIM, { body: { token: staged.json.invitation.claim_token } }),
+        410,
+        "account_expired",
+      );
+    });
+
+    test("the service's own routes: guarded by the kit with Fastify, or untouched", async () => {
+      const { agent } = await signedUp();
+      const note = await main.signed(agent, "POST", "/api/notes", { body: { text: "hello" } });
+      assert.equal(note.status, 200, note.text);
+      assert.deepEqual(note.json, { did: agent.did, state: "UNCLAIMED", note: { text: "hello" } });
+      const invalid = await main.signed(agent, "POST", "/api/notes", { rawBody: "{broken" });
+      assert.equal(invalid.status, 400, "Fastify's JSON parser still refuses a broken body");
+      const plain = await main.request("POST", "/api/plain", { body: { x: 1 } });
+      assert.deepEqual(plain.json, { echo: { x: 1 } });
+      ledger.expect(
+        await main.request("POST", "/api/notes", { body: { text: "anonymous" } }),
+        401,
+        "invalid_signature",
+      );
+    });
+
+    test("the Fetch-API function works with a plain Request", async () => {
+      const { agent } = await signedUp();
+      const body = JSON.stringify({ text: "from a worker" });
+      const url = `${MAIN.origin}/anything/notes?x=1`;
+      const signed = signRequest(
+        { method: "POST", url, body },
+        { keyid: agent.did, privateKey: agent.privateKey, created: clock.nowSeconds() },
+      );
+      const request = new Request(url, {
+        method: "POST",
+        headers: { ...signed.headers, "content-type": "application/json" },
+        body,
+      });
+      const context = await main.kit.authenticate(request);
+      assert.equal(context.did, agent.did);
+      assert.equal(context.account.state, "UNCLAIMED");
+      assert.deepEqual(context.json(), { text: "from a worker" });
+      assert.equal(await request.text(), body, "the caller can still read the body");
+
+      // Behind a proxy: the app sees an internal URL, the kit checks the public one.
+      const internal = new Request("http://10.0.0.7:3000/anything", {
+        headers: signRequest(
+          { method: "GET", url: `${MAIN.origin}/anything` },
+          { keyid: agent.did, privateKey: agent.privateKey, created: clock.nowSeconds() },
+        ).headers,
+      });
+      assert.equal((await main.kit.authenticate(internal)).did, agent.did);
+
+      await assert.rejects(main.kit.authenticate(new Request(url, { method: "POST", body })), (error: unknown) => {
+        assert.ok(error instanceof ProtoError);
+        assert.equal(error.code, "invalid_signature");
+        return true;
+      });
+      const response = errorToResponse(new ProtoError("invalid_signature", 401, "Signature verification failed"));
+      assert.equal(response.status, 401);
+      assert.deepEqual(await response.json(), {
+        error: { code: "invalid_signature", message: "Signature verification failed" },
+      });
+
+      // The kit's endpoints as a Fetch handler.
+      const meUrl = `${MAIN.origin}${ME}`;
+      const me = await main.kit.handle(
+        new Request(meUrl, {
+          headers: signRequest(
+            { method: "GET", url: meUrl },
+            { keyid: agent.did, privateKey: agent.privateKey, created: clock.nowSeconds() },
+          ).headers,
+        }),
+      );
+      assert.ok(me);
+      assert.equal(me.status, 200);
+      assert.equal(((await me.json()) as { account: { did: string } }).account.did, agent.did);
+      assert.equal(await main.kit.handle(new Request(`${MAIN.origin}/not-the-kit`)), undefined);
+      const discovery = await main.kit.handle(new Request(`${MAIN.origin}/.well-known/proto`));
+      assert.equal(discovery?.status, 200);
+    });
+
+    test("every reserved code was reached by a real request, with the status of the kit's table", () => {
+      const missing = Object.keys(RESERVED_ERRORS).filter((code) => !ledger.seen.has(code));
+      assert.deepEqual(missing, [], "codes never produced");
+      for (const [code, statuses] of ledger.seen) {
+        assert.ok(isReservedErrorCode(code), code);
+        const allowed: readonly number[] = KIT_ERRORS[code].statuses;
+        for (const status of statuses) assert.ok(allowed.includes(status), `${code} answered ${status}`);
+      }
+      assert.deepEqual([...(ledger.seen.get("owner_authentication_required") ?? [])].sort(), [401, 403]);
+    });
+  });
+}
