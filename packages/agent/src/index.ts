@@ -1,1 +1,66 @@
-export {};
+export type { AgentOptions } from "./agent.js";
+export { Agent } from "./agent.js";
+export type {
+  Attestation,
+  AttestorClientOptions,
+  LinkPhase,
+  LinkPollOptions,
+  LinkPollResult,
+  LinkRequest,
+  LinkStartOptions,
+} from "./attestor.js";
+export { AttestorClient } from "./attestor.js";
+export type {
+  Challenge,
+  DirectoryClientOptions,
+  Listing,
+  ListingFields,
+  ListingPage,
+  ListingStatus,
+  ListQuery,
+  RegisterOptions,
+  Session,
+  SubmitResult,
+} from "./directory.js";
+export {
+  checkDiscoveryUrl,
+  checkListingFields,
+  DirectoryClient,
+  PROOF_PATH,
+  proofInstructions,
+  writeProofFile,
+} from "./directory.js";
+export type { ErrorKind, ServerErrorInit } from "./errors.js";
+export {
+  AgentError,
+  AttestorError,
+  AuthError,
+  DirectoryError,
+  DiscoveryError,
+  KeyStoreError,
+  NetworkError,
+  ServerError,
+  UsageError,
+} from "./errors.js";
+export type { FetchFunction, HttpOptions, HttpRequest, HttpResponse } from "./http.js";
+export {
+  DEFAULT_MAX_RESPONSE_BYTES,
+  DEFAULT_TIMEOUT_MS,
+  DISCOVERY_MAX_BYTES,
+  HttpClient,
+  normaliseBaseUrl,
+} from "./http.js";
+export type { PrivateKeyExport, PublicKeyExport, RequestSignOptions } from "./identity.js";
+export { AgentIdentity } from "./identity.js";
+export type { ServiceClientOptions, ServiceDiscovery, ServiceResponse } from "./service.js";
+export { DISCOVERY_PATH, discoverService, ServiceClient, serviceOrigin } from "./service.js";
+export type {
+  AgentConfig,
+  BindingRecord,
+  PendingChallenge,
+  RotationResult,
+  StoredSession,
+} from "./store.js";
+export { AgentStore, assertPrivateFile, defaultHome } from "./store.js";
+export type { CachedToken, TokenCacheOptions, TokenCachePersistence } from "./token-cache.js";
+export { TOKEN_REFRESH_MARGIN_SECONDS, TokenCache } from "./token-cache.js";

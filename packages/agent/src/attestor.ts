@@ -1,0 +1,333 @@
+/** Client of the trust attestor: the link flow, attestation minting, the per-audience token cache. */
+import { encodeBase64url, isDidSyntax } from "@proto/protocol";
+import { AttestorError, type ServerErrorInit, UsageError } from "./errors.js";
+import { errorFromResponse, HttpClient, type HttpOptions, isOk, normaliseBaseUrl, parseJson } from "./http.js";
+import type { AgentIdentity } from "./identity.js";
+import type { AgentStore, BindingRecord } from "./store.js";
+import { type CachedToken, TokenCache } from "./token-cache.js";
+
+export interface LinkRequest {
+  /** `lr_...`. */
+  req_id: string;
+  /** The page the person opens to confirm. */
+  link_url: string;
+  poll_url: string;
+  /** Seconds (1800). */
+  expires_in: number;
+}
+
+export type LinkPhase = "awaiting_signin" | "awaiting_confirm";
+
+export type LinkPollResult =
+  | { state: "pending"; phase?: LinkPhase }
+  | { state: "confirmed"; binding_id: string; binding_expires_at: number };
+
+export interface LinkStartOptions {
+  /** Shown on the confirmation page; at most 80 characters. */
+  label?: string;
+  /** A loopback URL (`http://127.0.0.1:PORT/...`) the link page redirects to after confirmation. */
+  callbackUrl?: string;
+  signal?: AbortSignal;
+}
+
+export interface LinkPollOptions {
+  signal?: AbortSignal;
+  /** Called after every pending answer, before waiting. */
+  onPending?: (info: { phase: LinkPhase | undefined; attempt: number }) => void;
+  /** First wait between polls (default 1000 ms); it grows by 250 ms per poll up to `maxDelayMs`. */
+  minDelayMs?: number;
+  /** Longest wait between polls (default 2000 ms). */
+  maxDelayMs?: number;
+}
+
+export interface Attestation {
+  aud: string;
+  jwt: string;
+  /** Unix seconds. */
+  expires_at: number;
+  verification: string;
+  /** True when it came from the cache rather than a mint. */
+  cached: boolean;
+  /** The binding's new inactivity deadline (Unix seconds); only on a fresh mint. */
+  binding_expires_at?: number;
+}
+
+export interface AttestorClientOptions extends HttpOptions {
+  /** `{trust_url}`: `https://...` (`http://` only on localhost). */
+  url: string;
+  identity: AgentIdentity;
+  /** Keeps the binding record and the token cache on disk; memory only without it. */
+  store?: AgentStore;
+  /** Defaults to a cache persisted in `store` (or in memory). */
+  tokenCache?: TokenCache;
+  /** Milliseconds since the epoch; used for signatures and the cache. */
+  now?: () => number;
+  /** How the poll loop waits; injectable for tests. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+}
+
+/** Codes after which cached tokens and the stored binding no longer hold. */
+const BINDING_GONE: Record<string, BindingRecord["state"]> = {
+  binding_revoked: "revoked",
+  binding_expired: "expired",
+};
+
+export class AttestorClient {
+  /** `{trust_url}`, normalised (no trailing slash). */
+  readonly url: string;
+  readonly identity: AgentIdentity;
+  readonly tokenCache: TokenCache;
+  readonly #http: HttpClient;
+  readonly #store: AgentStore | undefined;
+  readonly #now: () => number;
+  readonly #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
+  #binding: BindingRecord | undefined;
+
+  constructor(options: AttestorClientOptions) {
+    this.url = normaliseBaseUrl(options.url, "attestor");
+    this.identity = options.identity;
+    this.#http = new HttpClient(options);
+    this.#store = options.store;
+    this.#now = options.now ?? Date.now;
+    this.#sleep = options.sleep ?? sleep;
+    this.tokenCache =
+      options.tokenCache ??
+      new TokenCache({
+        now: this.#now,
+        ...(options.store ? { persistence: options.store.tokenPersistence() } : {}),
+      });
+  }
+
+  /** `POST /v1/link/start`: opens a link request the person confirms at `link_url`. */
+  async linkStart(options: LinkStartOptions = {}): Promise<LinkRequest> {
+    if (options.label !== undefined && options.label.length > 80) {
+      throw new UsageError("invalid_label", "the agent label must be at most 80 characters");
+    }
+    const body = await this.#post(
+      "/v1/link/start",
+      {
+        agent_did: this.identity.did,
+        agent_pubkey_b64: this.identity.publicKeyB64,
+        ...(options.label === undefined ? {} : { agent_label: options.label }),
+        ...(options.callbackUrl === undefined ? {} : { callback_url: options.callbackUrl }),
+      },
+      options.signal,
+    );
+    const { req_id, link_url, poll_url, expires_in } = body as Partial<LinkRequest>;
+    if (typeof req_id !== "string" || typeof link_url !== "string" || typeof expires_in !== "number") {
+      throw this.#invalid("the link start answer lacks req_id, link_url or expires_in");
+    }
+    return {
+      req_id,
+      link_url,
+      poll_url: typeof poll_url === "string" ? poll_url : `${this.url}/v1/link/poll`,
+      expires_in,
+    };
+  }
+
+  /**
+   * One `POST /v1/link/poll`, signed over `req_id`. A confirmed answer is delivered exactly once by
+   * the attestor, so it is saved as the binding record at once. Throws `AttestorError`
+   * `link_request_expired` (410) when the request expired or was already retrieved.
+   */
+  async pollOnce(reqId: string, signal?: AbortSignal): Promise<LinkPollResult> {
+    const body = (await this.#post(
+      "/v1/link/poll",
+      { req_id: reqId, sig_b64: encodeBase64url(this.identity.signBytes(reqId)) },
+      signal,
+    )) as Record<string, unknown>;
+    if (body.state === "pending") {
+      const phase = body.phase === "awaiting_signin" || body.phase === "awaiting_confirm" ? body.phase : undefined;
+      return phase === undefined ? { state: "pending" } : { state: "pending", phase };
+    }
+    if (body.state === "confirmed" && typeof body.binding_id === "string") {
+      const expiresAt = Number(body.binding_token_expires_at ?? body.binding_expires_at);
+      if (!Number.isFinite(expiresAt)) throw this.#invalid("the confirmed poll answer lacks binding_token_expires_at");
+      const nowIso = new Date(this.#now()).toISOString();
+      this.#saveBinding({
+        attestor_url: this.url,
+        agent_did: this.identity.did,
+        binding_id: body.binding_id,
+        binding_expires_at: expiresAt,
+        state: "active",
+        linked_at: nowIso,
+        updated_at: nowIso,
+      });
+      // A new binding may belong to another person: tokens minted under the old one are stale.
+      this.tokenCache.delete(this.url, this.identity.did);
+      return { state: "confirmed", binding_id: body.binding_id, binding_expires_at: expiresAt };
+    }
+    throw this.#invalid(`unexpected link poll state ${JSON.stringify(body.state)}`);
+  }
+
+  /**
+   * Polls until the person confirms (1-2 s between polls; a 429 waits its `Retry-After`), and
+   * returns the binding record. Stops with the attestor's error on a 410 (`link_request_expired`)
+   * or any other error, and with the signal's reason when aborted.
+   */
+  async linkPoll(reqId: string, options: LinkPollOptions = {}): Promise<BindingRecord> {
+    const min = Math.max(1000, options.minDelayMs ?? 1000);
+    const max = Math.max(min, options.maxDelayMs ?? 2000);
+    for (let attempt = 1; ; attempt++) {
+      options.signal?.throwIfAborted();
+      let result: LinkPollResult;
+      try {
+        result = await this.pollOnce(reqId, options.signal);
+      } catch (error) {
+        if (error instanceof AttestorError && error.status === 429) {
+          await this.#sleep(Math.min(60_000, Math.max(max, (error.retryAfter ?? 0) * 1000)), options.signal);
+          continue;
+        }
+        throw error;
+      }
+      if (result.state === "confirmed") return this.binding() as BindingRecord;
+      options.onPending?.({ phase: result.phase, attempt });
+      await this.#sleep(Math.min(max, min + 250 * (attempt - 1)), options.signal);
+    }
+  }
+
+  /**
+   * `POST {trust_url}/v1/token`, signed (RFC 9421) over exactly `{trust_url}/v1/token`: a fresh
+   * attestation for `aud`, cached, and the binding's new deadline recorded.
+   */
+  async mint(aud: string, signal?: AbortSignal): Promise<Attestation> {
+    if (!isDidSyntax(aud)) {
+      throw new UsageError(
+        "invalid_aud",
+        `the audience must be a service DID (did:web or did:key), got ${JSON.stringify(aud)}`,
+      );
+    }
+    const url = `${this.url}/v1/token`;
+    const body = JSON.stringify({ aud });
+    const signed = this.identity.signRequest({ method: "POST", url, body }, { now: this.#now });
+    const response = await this.#http.request(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json", ...signed.headers },
+      body,
+      signal,
+    });
+    if (!isOk(response.status)) {
+      const error = errorFromResponse(response, attestorError);
+      const gone = BINDING_GONE[error.code];
+      if (gone !== undefined) {
+        this.tokenCache.delete(this.url, this.identity.did);
+        const record = this.binding();
+        if (record !== undefined) {
+          this.#saveBinding({ ...record, state: gone, updated_at: new Date(this.#now()).toISOString() });
+        }
+      }
+      throw error;
+    }
+    const minted = parseJson(response, attestorError) as Record<string, unknown>;
+    const { jwt, expires_at, verification, binding_expires_at } = minted;
+    if (typeof jwt !== "string" || typeof expires_at !== "number" || typeof verification !== "string") {
+      throw this.#invalid("the token answer lacks jwt, expires_at or verification");
+    }
+    const nowMs = this.#now();
+    const token: CachedToken = {
+      attestor_url: this.url,
+      agent_did: this.identity.did,
+      aud,
+      jwt,
+      expires_at,
+      verification,
+      minted_at: Math.floor(nowMs / 1000),
+    };
+    this.tokenCache.set(token);
+    if (typeof binding_expires_at === "number") {
+      const record = this.binding();
+      const nowIso = new Date(nowMs).toISOString();
+      this.#saveBinding({
+        attestor_url: this.url,
+        agent_did: this.identity.did,
+        binding_id: record?.binding_id ?? null,
+        linked_at: record?.linked_at ?? null,
+        binding_expires_at,
+        state: "active",
+        verification,
+        updated_at: nowIso,
+      });
+    }
+    return {
+      aud,
+      jwt,
+      expires_at,
+      verification,
+      cached: false,
+      ...(typeof binding_expires_at === "number" ? { binding_expires_at } : {}),
+    };
+  }
+
+  /** A token for `aud` from the cache when it has more than 60 s left, else a fresh mint. */
+  async token(aud: string, options: { fresh?: boolean; signal?: AbortSignal } = {}): Promise<Attestation> {
+    if (!options.fresh) {
+      const cached = this.tokenCache.get(this.url, this.identity.did, aud);
+      if (cached !== undefined) {
+        return { aud, jwt: cached.jwt, expires_at: cached.expires_at, verification: cached.verification, cached: true };
+      }
+    }
+    return this.mint(aud, options.signal);
+  }
+
+  /** The binding record of this agent at this attestor (from the store when there is one). */
+  binding(): BindingRecord | undefined {
+    return this.#store?.getBinding(this.url, this.identity.did) ?? this.#binding;
+  }
+
+  /** The attestor's public key set (`GET /.well-known/jwks.json`). */
+  async keySet(signal?: AbortSignal): Promise<{ keys: Record<string, unknown>[] }> {
+    const url = `${this.url}/.well-known/jwks.json`;
+    const response = await this.#http.request(url, { method: "GET", headers: { accept: "application/json" }, signal });
+    if (!isOk(response.status)) throw errorFromResponse(response, attestorError);
+    const body = parseJson(response, attestorError) as { keys?: unknown };
+    if (!Array.isArray(body.keys)) throw this.#invalid("the key set has no keys array");
+    return body as { keys: Record<string, unknown>[] };
+  }
+
+  #saveBinding(record: BindingRecord): void {
+    this.#binding = record;
+    this.#store?.saveBinding(record);
+  }
+
+  async #post(path: string, payload: unknown, signal: AbortSignal | undefined): Promise<unknown> {
+    const url = `${this.url}${path}`;
+    const response = await this.#http.request(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json" },
+      body: JSON.stringify(payload),
+      signal,
+    });
+    if (!isOk(response.status)) throw errorFromResponse(response, attestorError);
+    return parseJson(response, attestorError);
+  }
+
+  #invalid(message: string): AttestorError {
+    return new AttestorError({
+      status: 200,
+      code: "invalid_response",
+      message: `${this.url}: ${message}`,
+      url: this.url,
+    });
+  }
+}
+
+const attestorError = (init: ServerErrorInit) => new AttestorError(init);
+
+/** Waits `ms`, or rejects with the signal's reason when it aborts first. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,154 @@
+/** How the CLI writes: one JSON document on stdout with `--json`, readable text otherwise; errors on one line. */
+import { AgentError, type ErrorKind, ServerError } from "../errors.js";
+import { oneLine } from "../http.js";
+
+/** Exit codes (documented in the README). */
+export const EXIT = {
+  ok: 0,
+  /** A server answered with an error (or with something that is not the protocol); unexpected failures. */
+  server: 1,
+  /** Bad arguments, missing configuration. */
+  usage: 2,
+  /** Unreachable host, TLS failure, timeout, oversized response. */
+  network: 3,
+  /** Not linked, binding revoked or expired, link request expired, signature or session refused. */
+  auth: 4,
+  /** Key file missing, unsafe permissions, unreadable agent home. */
+  keystore: 5,
+  /** The service's discovery document is invalid or not usable by a v0.1 agent. */
+  incompatible: 6,
+  /** Interrupted (Ctrl-C). */
+  interrupted: 130,
+} as const;
+
+const EXIT_BY_KIND: Record<ErrorKind, number> = {
+  server: EXIT.server,
+  usage: EXIT.usage,
+  network: EXIT.network,
+  auth: EXIT.auth,
+  keystore: EXIT.keystore,
+  incompatible: EXIT.incompatible,
+};
+
+/** Ctrl-C while a command runs. */
+export class Interrupted extends Error {
+  override name = "Interrupted";
+  constructor() {
+    super("interrupted");
+  }
+}
+
+export function exitCodeOf(error: unknown): number {
+  if (error instanceof Interrupted) return EXIT.interrupted;
+  if (error instanceof AgentError) return EXIT_BY_KIND[error.kind];
+  return EXIT.server;
+}
+
+/** `code` and one-line `message` of any error (unexpected ones become `internal_error`, without a stack). */
+export function describeError(error: unknown): {
+  code: string;
+  message: string;
+  status?: number;
+  retry_after?: number;
+} {
+  if (error instanceof Interrupted) return { code: "interrupted", message: "interrupted" };
+  if (error instanceof ServerError) {
+    return {
+      code: error.code,
+      message: oneLine(error.message),
+      status: error.status,
+      ...(error.retryAfter === undefined ? {} : { retry_after: error.retryAfter }),
+    };
+  }
+  if (error instanceof AgentError) return { code: error.code, message: oneLine(error.message) };
+  const message = error instanceof Error ? error.message : String(error);
+  return { code: "internal_error", message: oneLine(message) };
+}
+
+export interface Streams {
+  stdout: NodeJS.WriteStream;
+  stderr: NodeJS.WriteStream;
+}
+
+export class Output {
+  readonly json: boolean;
+  readonly stdout: NodeJS.WriteStream;
+  readonly stderr: NodeJS.WriteStream;
+
+  constructor(json: boolean, streams: Streams = { stdout: process.stdout, stderr: process.stderr }) {
+    this.json = json;
+    this.stdout = streams.stdout;
+    this.stderr = streams.stderr;
+  }
+
+  /** True when stdout is a terminal and the output is for a person. */
+  get interactive(): boolean {
+    return !this.json && this.stdout.isTTY === true;
+  }
+
+  /** The command's result: the JSON document, or the human text. */
+  result(value: unknown, human: string | string[]): void {
+    if (this.json) this.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+    else this.stdout.write(`${(Array.isArray(human) ? human : [human]).join("\n")}\n`);
+  }
+
+  /** Progress: a JSON line on stderr with `--json`, a text line on stdout otherwise. */
+  event(event: Record<string, unknown>, human?: string | string[]): void {
+    if (this.json) this.stderr.write(`${JSON.stringify(event)}\n`);
+    else if (human !== undefined) this.stdout.write(`${(Array.isArray(human) ? human : [human]).join("\n")}\n`);
+  }
+
+  /** A remark for a person, on stderr (never in the way of piped output); silent with `--json`. */
+  note(text: string): void {
+    if (!this.json) this.stderr.write(`${text}\n`);
+  }
+
+  /** `proto: code: message` on stderr; with `--json` also `{"error": {...}}` as the stdout document. */
+  error(error: unknown): void {
+    const described = describeError(error);
+    this.stderr.write(`proto: ${described.code}: ${described.message}\n`);
+    if (this.json) this.errorDocument(error);
+  }
+
+  /** Only the `{"error": {...}}` stdout document (when the stderr line was already written). */
+  errorDocument(error: unknown): void {
+    this.stdout.write(`${JSON.stringify({ error: describeError(error) }, null, 2)}\n`);
+  }
+}
+
+/** A spinner on a terminal; nothing at all elsewhere. */
+export class Spinner {
+  static readonly FRAMES = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+  readonly #stream: NodeJS.WriteStream;
+  #timer: NodeJS.Timeout | undefined;
+  #text = "";
+  #frame = 0;
+
+  constructor(stream: NodeJS.WriteStream) {
+    this.#stream = stream;
+  }
+
+  start(text: string): void {
+    this.#text = text;
+    if (this.#timer !== undefined) return;
+    this.#timer = setInterval(() => this.#draw(), 80);
+    this.#timer.unref();
+    this.#draw();
+  }
+
+  update(text: string): void {
+    this.#text = text;
+  }
+
+  stop(): void {
+    if (this.#timer === undefined) return;
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    this.#stream.write("\r\u001b[K");
+  }
+
+  #draw(): void {
+    const frame = Spinner.FRAMES[this.#frame++ % Spinner.FRAMES.length];
+    this.#stream.write(`\r\u001b[K${frame} ${this.#text}`);
+  }
+}

@@ -1,0 +1,592 @@
+/** The `proto` command, built with commander on the SDK. */
+import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+import { isDidSyntax } from "@proto/protocol";
+import { Command, CommanderError, Option } from "commander";
+import { Agent } from "../agent.js";
+import {
+  checkDiscoveryUrl,
+  DirectoryClient,
+  type Listing,
+  type ListingFields,
+  type ListQuery,
+  proofInstructions,
+  type SubmitResult,
+  writeProofFile,
+} from "../directory.js";
+import { UsageError } from "../errors.js";
+import { normaliseBaseUrl } from "../http.js";
+import { discoverService, ServiceClient } from "../service.js";
+import { AgentStore, defaultHome } from "../store.js";
+import { runLink } from "./link.js";
+import { EXIT, exitCodeOf, Interrupted, Output } from "./output.js";
+
+export interface RunContext {
+  argv: string[];
+  env: NodeJS.ProcessEnv;
+  signal: AbortSignal;
+  stdout: NodeJS.WriteStream;
+  stderr: NodeJS.WriteStream;
+  stdin: NodeJS.ReadStream;
+}
+
+interface CommonOptions {
+  json?: boolean;
+}
+
+const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+function version(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+      version?: string;
+    };
+    return pkg.version ?? "0.0.0";
+  } catch {
+    return "0.0.0";
+  }
+}
+
+/**
+ * Runs the CLI and resolves to the exit code. Output goes to the context's streams; errors are
+ * printed on one line (`proto: code: message`), never with a stack.
+ */
+export async function run(context: RunContext): Promise<number> {
+  let out = new Output(context.argv.includes("--json"), context);
+  let exitCode: number = EXIT.ok;
+  const program = buildProgram(
+    context,
+    (json) => {
+      out = new Output(json, context);
+      return out;
+    },
+    (code) => {
+      exitCode = code;
+    },
+  );
+  try {
+    await program.parseAsync(context.argv, { from: "user" });
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      if (error.code === "commander.helpDisplayed" || error.code === "commander.version") return EXIT.ok;
+      // Commander has printed its one-line message already (see outputError).
+      if (out.json) out.errorDocument(new UsageError("usage", error.message.replace(/^error: /, "")));
+      return EXIT.usage;
+    }
+    out.error(error);
+    return exitCodeOf(error);
+  }
+  return exitCode;
+}
+
+function buildProgram(
+  context: RunContext,
+  makeOutput: (json: boolean) => Output,
+  setExit: (code: number) => void,
+): Command {
+  const { env } = context;
+  const program = new Command("proto")
+    .description("The proto agent: its key, its link to a person, attested calls, directory listings.")
+    .version(version(), "-V, --version")
+    .exitOverride()
+    .showSuggestionAfterError(true)
+    .configureOutput({
+      writeOut: (text) => context.stdout.write(text),
+      writeErr: (text) => context.stderr.write(text),
+      outputError: (text, write) => write(`proto: usage: ${text.replace(/^error: /, "").trim()}\n`),
+    });
+
+  /** A leaf command with `--json`, whose action gets an Output and a loaded (or not) agent. */
+  const leaf = (parent: Command, name: string, description: string) =>
+    parent.command(name).description(description).option("--json", "print one JSON document on stdout").exitOverride();
+
+  const store = () => new AgentStore(defaultHome(env));
+  const agent = () => Agent.load({ env });
+
+  // --- init, whoami, keys ---
+
+  leaf(program, "init", "create the agent key (once) in PROTO_HOME (default ~/.proto)")
+    .option("--attestor <url>", "save the attestor URL in the configuration")
+    .option("--directory <url>", "save the directory URL in the configuration")
+    .action((options: CommonOptions & { attestor?: string; directory?: string }) => {
+      const out = makeOutput(options.json === true);
+      const home = store();
+      const { identity, created } = home.initIdentity();
+      const patch: { attestor_url?: string; directory_url?: string } = {};
+      if (options.attestor) patch.attestor_url = normaliseBaseUrl(options.attestor, "attestor");
+      if (options.directory) patch.directory_url = normaliseBaseUrl(options.directory, "directory");
+      const config = Object.keys(patch).length > 0 ? home.updateConfig(patch) : home.readConfig();
+      out.result(
+        { did: identity.did, created, home: home.home, key_file: home.keyPath, ...config },
+        created
+          ? [`Created the agent key ${identity.did}`, `  key file ${home.keyPath} (0600)`]
+          : [`The agent key already exists: ${identity.did}`, `  key file ${home.keyPath}`],
+      );
+    });
+
+  leaf(program, "whoami", "show the agent DID, its key and configuration").action((options: CommonOptions) => {
+    const out = makeOutput(options.json === true);
+    const a = agent();
+    const attestorUrl = a.attestorUrl();
+    const binding = attestorUrl === undefined ? undefined : a.store.getBinding(attestorUrl, a.did);
+    out.result(
+      {
+        did: a.did,
+        public_key_b64: a.identity.publicKeyB64,
+        created_at: a.identity.createdAt,
+        home: a.store.home,
+        key_file: a.store.keyPath,
+        attestor_url: attestorUrl ?? null,
+        directory_url: a.directoryUrl() ?? null,
+        binding: binding ?? null,
+      },
+      [
+        a.did,
+        `  public key  ${a.identity.publicKeyB64}`,
+        `  key file    ${a.store.keyPath}`,
+        `  attestor    ${attestorUrl ?? "(none)"}`,
+        `  directory   ${a.directoryUrl() ?? "(none)"}`,
+        `  linked      ${binding ? `${binding.state} (${binding.binding_id ?? "binding"})` : "no"}`,
+      ],
+    );
+  });
+
+  const keys = program.command("keys").description("export or rotate the agent key");
+  leaf(keys, "export", "print the public key (and, with --private, the private key)")
+    .option("--private", "include the private key")
+    .action((options: CommonOptions & { private?: boolean }) => {
+      const out = makeOutput(options.json === true);
+      const identity = agent().identity;
+      const exported = options.private ? identity.exportPrivate() : identity.exportPublic();
+      if (options.private) out.note("warning: this output contains the agent's private key");
+      out.result(exported, JSON.stringify(exported, null, 2));
+    });
+  leaf(keys, "rotate", "replace the key with a new one; the old key is kept in the archive").action(
+    (options: CommonOptions) => {
+      const out = makeOutput(options.json === true);
+      const result = store().rotateIdentity();
+      out.result({ did: result.current.did, previous_did: result.previous.did, archived_to: result.archivedTo }, [
+        `New agent key ${result.current.did}`,
+        `  the previous key (${result.previous.did}) is archived in ${result.archivedTo}`,
+        "Rotation is local: link the new key again with `proto trust link`, and tell services that support key",
+        "rotation through their own flow.",
+      ]);
+    },
+  );
+
+  // --- trust ---
+
+  const trust = program.command("trust").description("link the agent to a person and mint attestations");
+  leaf(trust, "link", "link this agent to a person through the attestor")
+    .option("--attestor <url>", "attestor base URL (else PROTO_ATTESTOR_URL or the saved one)")
+    .option("--label <text>", "a name for this agent, shown on the confirmation page (<= 80 characters)")
+    .option("--no-browser", "do not open a browser")
+    .option("--callback", "finish through a loopback callback instead of polling (browser on this machine)")
+    .action(
+      async (options: CommonOptions & { attestor?: string; label?: string; browser: boolean; callback?: boolean }) => {
+        const out = makeOutput(options.json === true);
+        const a = agent();
+        const attestor = a.attestor(options.attestor);
+        const binding = await runLink(
+          attestor,
+          {
+            browser: options.browser,
+            callback: options.callback === true,
+            ...(options.label === undefined ? {} : { label: options.label }),
+          },
+          out,
+          context.signal,
+        );
+        a.store.updateConfig({ attestor_url: attestor.url });
+        out.result(
+          {
+            agent_did: a.did,
+            attestor_url: attestor.url,
+            binding_id: binding.binding_id,
+            binding_expires_at: binding.binding_expires_at,
+          },
+          [
+            `Linked: ${a.did}`,
+            `  binding ${binding.binding_id} at ${attestor.url}, lapses ${isoOf(binding.binding_expires_at)} unless used`,
+          ],
+        );
+      },
+    );
+
+  leaf(trust, "token", "print an attestation token for a service DID (cached while it has > 60 s left)")
+    .argument("<service-did>", "the audience: the service's DID")
+    .option("--attestor <url>", "attestor base URL")
+    .option("--fresh", "mint a new token even when a cached one is fresh")
+    .action(async (serviceDid: string, options: CommonOptions & { attestor?: string; fresh?: boolean }) => {
+      const out = makeOutput(options.json === true);
+      if (!isDidSyntax(serviceDid)) {
+        throw new UsageError("invalid_aud", `${JSON.stringify(serviceDid)} is not a did:web or did:key DID`);
+      }
+      const attestor = agent().attestor(options.attestor);
+      const token = await attestor.token(serviceDid, { fresh: options.fresh === true, signal: context.signal });
+      out.result(token, token.jwt);
+      out.note(
+        `(${token.cached ? "cached" : "minted"}; expires ${isoOf(token.expires_at)}; verification ${token.verification})`,
+      );
+    });
+
+  leaf(trust, "status", "show the binding and the cached tokens (no network)")
+    .option("--attestor <url>", "attestor base URL")
+    .action((options: CommonOptions & { attestor?: string }) => {
+      const out = makeOutput(options.json === true);
+      const a = agent();
+      const attestorUrl = a.attestorUrl(options.attestor);
+      const binding = attestorUrl === undefined ? undefined : a.store.getBinding(attestorUrl, a.did);
+      const client = attestorUrl === undefined ? undefined : a.attestor(attestorUrl);
+      const now = Date.now() / 1000;
+      const tokens = (client?.tokenCache.list() ?? [])
+        .filter((t) => t.agent_did === a.did && t.attestor_url === attestorUrl && t.expires_at > now)
+        .map((t) => ({
+          aud: t.aud,
+          expires_at: t.expires_at,
+          verification: t.verification,
+          usable: client?.tokenCache.isFresh(t),
+        }));
+      const lapsed = binding !== undefined && binding.binding_expires_at <= now;
+      const state = binding === undefined ? "not_linked" : lapsed ? "expired" : binding.state;
+      out.result({ agent_did: a.did, attestor_url: attestorUrl ?? null, state, binding: binding ?? null, tokens }, [
+        `agent     ${a.did}`,
+        `attestor  ${attestorUrl ?? "(none configured)"}`,
+        binding === undefined
+          ? "binding   not linked: run `proto trust link`"
+          : `binding   ${binding.binding_id ?? "(id unknown)"}: ${state}, lapses ${isoOf(binding.binding_expires_at)} unless used`,
+        ...tokens.map((t) => `token     ${t.aud} until ${isoOf(t.expires_at)}${t.usable ? "" : " (about to expire)"}`),
+      ]);
+    });
+
+  // --- call ---
+
+  leaf(program, "call", "send a signed (and, when the service needs it, attested) request")
+    .argument("<url>", "https URL on the service")
+    .option("-X, --method <method>", "HTTP method (default GET, or POST with --data)")
+    .option("-d, --data <data>", "request body; @file reads a file, @- standard input")
+    .option("-H, --header <header>", "extra header 'Name: value' (repeatable)", collect, [])
+    .option("--attestor <url>", "attestor base URL (for attested_only services)")
+    .action(
+      async (
+        url: string,
+        options: CommonOptions & { method?: string; data?: string; header: string[]; attestor?: string },
+      ) => {
+        const out = makeOutput(options.json === true);
+        const a = agent();
+        const headers = new Headers();
+        for (const header of options.header) {
+          const colon = header.indexOf(":");
+          if (colon <= 0)
+            throw new UsageError("invalid_header", `header ${JSON.stringify(header)} is not 'Name: value'`);
+          headers.append(header.slice(0, colon).trim(), header.slice(colon + 1).trim());
+        }
+        const body = options.data === undefined ? undefined : await readData(options.data, context.stdin);
+        if (body !== undefined && !headers.has("content-type")) headers.set("content-type", "application/json");
+        const method = (options.method ?? (body === undefined ? "GET" : "POST")).toUpperCase();
+        if (body !== undefined && (method === "GET" || method === "HEAD")) {
+          throw new UsageError("invalid_argument", `a ${method} request cannot have a body (--data)`);
+        }
+        const discovery = await discoverService(url, { signal: context.signal });
+        const attestorUrl = a.attestorUrl(options.attestor);
+        const client = new ServiceClient(discovery, {
+          identity: a.identity,
+          ...(attestorUrl === undefined ? {} : { attestor: a.attestor(attestorUrl) }),
+        });
+        const { response, attested } = await client.send(url, {
+          method,
+          headers,
+          ...(body === undefined ? {} : { body }),
+          signal: context.signal,
+        });
+        const text = new TextDecoder().decode(response.body);
+        let parsed: unknown = text;
+        try {
+          parsed = text.length > 0 ? JSON.parse(text) : null;
+        } catch {
+          parsed = text;
+        }
+        out.result(
+          {
+            status: response.status,
+            ok: response.status >= 200 && response.status < 300,
+            service_did: discovery.did,
+            attested,
+            content_type: response.headers.get("content-type"),
+            body: parsed,
+          },
+          [
+            `HTTP ${response.status} ${response.statusText}`.trim(),
+            ...(text.length > 0 ? [text.replace(/\n$/, "")] : []),
+          ],
+        );
+        if (response.status >= 300) {
+          const envelope = parsed as { error?: { code?: unknown; message?: unknown } } | null;
+          const code = typeof envelope?.error?.code === "string" ? envelope.error.code : `http_${response.status}`;
+          const message =
+            typeof envelope?.error?.message === "string"
+              ? envelope.error.message
+              : `the service answered HTTP ${response.status} ${response.statusText}`.trim();
+          context.stderr.write(`proto: ${code}: ${message.replace(/\s+/g, " ")}\n`);
+          setExit(response.status === 401 || response.status === 403 ? EXIT.auth : EXIT.server);
+        }
+      },
+    );
+
+  // --- directory ---
+
+  const directory = program.command("directory").description("list a service in the directory, and read it");
+  const directoryOption = () =>
+    new Option("--directory <url>", "directory base URL (else PROTO_DIRECTORY_URL or the saved one)");
+
+  leaf(directory, "register", "prove control of a service host and list it")
+    .argument("<discovery-url>", "https://{host}/.well-known/proto")
+    .option("--title <text>", "listing title (<= 120 characters)")
+    .option("--description <text>", "listing description (<= 500 characters)")
+    .option("--tag <tag>", "a tag (repeatable, <= 20)", collect)
+    .option("--proof-dir <dir>", "write DIR/.well-known/proto-registry-proof (the host's web root) and submit")
+    .option("--submit", "submit a challenge saved earlier, once its proof is published")
+    .addOption(directoryOption())
+    .action(
+      async (
+        discoveryUrl: string,
+        options: CommonOptions & ListingFieldOptions & { proofDir?: string; submit?: boolean; directory?: string },
+      ) => {
+        const out = makeOutput(options.json === true);
+        const client = directoryClient(env, options.directory);
+        const home = new AgentStore(defaultHome(env));
+        const url = checkDiscoveryUrl(discoveryUrl);
+        const fields = listingFields(options);
+        let result: SubmitResult;
+        if (options.submit) {
+          const pending = home.getPendingChallenge(client.url, url);
+          if (pending === undefined) {
+            throw new UsageError(
+              "no_pending_challenge",
+              `no saved challenge for ${url}: run register without --submit first`,
+            );
+          }
+          result = await client.submit(
+            { discoveryUrl: url, challengeToken: pending.challenge_token, ...savedFields(pending), ...fields },
+            context.signal,
+          );
+          home.deletePendingChallenge(client.url, url);
+        } else {
+          const challenge = await client.challenge(url, context.signal);
+          if (options.proofDir !== undefined) {
+            const path = writeProofFile(options.proofDir, challenge.challenge_token);
+            out.event(
+              { event: "proof_written", path, proof_url: challenge.proof_url },
+              `Wrote the proof to ${path} (to be served at ${challenge.proof_url})`,
+            );
+          } else if (out.interactive && context.stdin.isTTY) {
+            out.result(undefined, [...proofInstructions(challenge), ""]);
+            await waitForEnter(context, "Press Enter once it is published... ");
+          } else {
+            home.savePendingChallenge({
+              directory_url: client.url,
+              discovery_url: url,
+              ...challenge,
+              ...fields,
+            });
+            const next = `proto directory register ${url} --submit`;
+            out.result({ pending: true, ...challenge, next }, [
+              ...proofInstructions(challenge),
+              "",
+              `Then run: ${next}`,
+            ]);
+            return;
+          }
+          result = await client.submit(
+            { discoveryUrl: url, challengeToken: challenge.challenge_token, ...fields },
+            context.signal,
+          );
+        }
+        home.updateConfig({ directory_url: client.url });
+        out.result(
+          {
+            service_did: result.session.service_did,
+            created: result.created,
+            session_expires_at: result.session.expires_at,
+            session_file: result.sessionFile ?? null,
+          },
+          [
+            `${result.created ? "Listed" : "Re-registered"} ${result.session.service_did} at ${client.url}`,
+            `  session token saved in ${result.sessionFile} (valid until ${result.session.expires_at})`,
+          ],
+        );
+      },
+    );
+
+  leaf(directory, "update", "change the title, description or tags of a listing")
+    .argument("<service-did>", "the listing's service DID")
+    .option("--title <text>", "new title")
+    .option("--description <text>", "new description")
+    .option("--tag <tag>", "tags (repeatable; replaces the list)", collect)
+    .addOption(directoryOption())
+    .action(async (did: string, options: CommonOptions & ListingFieldOptions & { directory?: string }) => {
+      const out = makeOutput(options.json === true);
+      const client = directoryClient(env, options.directory);
+      const listing = await client.update(did, listingFields(options), { signal: context.signal });
+      out.result(listing, describeListing(listing, true));
+    });
+
+  leaf(directory, "withdraw", "withdraw (soft-delete) a listing")
+    .argument("<service-did>", "the listing's service DID")
+    .addOption(directoryOption())
+    .action(async (did: string, options: CommonOptions & { directory?: string }) => {
+      const out = makeOutput(options.json === true);
+      const client = directoryClient(env, options.directory);
+      await client.withdraw(did, { signal: context.signal });
+      out.result({ service_did: did, withdrawn: true }, `Withdrew ${did} from ${client.url}`);
+    });
+
+  leaf(directory, "list", "list or search listings (follows the cursor)")
+    .option("--search <text>", "substring of title or description")
+    .option("--tag <tag>", "exact tag")
+    .addOption(new Option("--status <status>", "listing status").choices(["active", "stale", "deleted"]))
+    .option("--updated-since <time>", "RFC 3339 time")
+    .option("--include-deleted", "include withdrawn listings")
+    .option("--limit <n>", "at most this many listings (default 50)", positiveInteger, 50)
+    .addOption(directoryOption())
+    .action(
+      async (
+        options: CommonOptions & {
+          search?: string;
+          tag?: string;
+          status?: ListQuery["status"];
+          updatedSince?: string;
+          includeDeleted?: boolean;
+          limit: number;
+          directory?: string;
+        },
+      ) => {
+        const out = makeOutput(options.json === true);
+        const client = directoryClient(env, options.directory);
+        const query: ListQuery = { limit: Math.min(100, options.limit) };
+        if (options.search !== undefined) query.search = options.search;
+        if (options.tag !== undefined) query.tag = options.tag;
+        if (options.status !== undefined) query.status = options.status;
+        if (options.updatedSince !== undefined) query.updated_since = options.updatedSince;
+        if (options.includeDeleted) query.include_deleted = true;
+        const listings: Listing[] = [];
+        let truncated = false;
+        for await (const listing of client.list(query, context.signal)) {
+          if (listings.length >= options.limit) {
+            truncated = true;
+            break;
+          }
+          listings.push(listing);
+        }
+        out.result(
+          { listings, truncated },
+          listings.length === 0
+            ? "No listings."
+            : [
+                ...listings.map((l) => describeListing(l, false)[0] ?? ""),
+                ...(truncated ? [`(more listings exist: raise --limit)`] : []),
+              ],
+        );
+      },
+    );
+
+  leaf(directory, "show", "show one listing")
+    .argument("<service-did>", "the listing's service DID")
+    .addOption(directoryOption())
+    .action(async (did: string, options: CommonOptions & { directory?: string }) => {
+      const out = makeOutput(options.json === true);
+      const listing = await directoryClient(env, options.directory).get(did, context.signal);
+      out.result(listing, describeListing(listing, true));
+    });
+
+  return program;
+}
+
+interface ListingFieldOptions {
+  title?: string;
+  description?: string;
+  tag?: string[];
+}
+
+function listingFields(options: ListingFieldOptions): ListingFields {
+  const fields: ListingFields = {};
+  if (options.title !== undefined) fields.title = options.title;
+  if (options.description !== undefined) fields.description = options.description;
+  if (options.tag !== undefined) fields.tags = options.tag;
+  return fields;
+}
+
+function savedFields(pending: ListingFields): ListingFields {
+  const options: ListingFieldOptions = {};
+  if (pending.title !== undefined) options.title = pending.title;
+  if (pending.description !== undefined) options.description = pending.description;
+  if (pending.tags !== undefined) options.tag = pending.tags;
+  return listingFields(options);
+}
+
+/**
+ * The directory client for the URL in effect (flag, PROTO_DIRECTORY_URL, saved configuration),
+ * with the agent home for session tokens. The directory never needs the agent key.
+ */
+function directoryClient(env: NodeJS.ProcessEnv, explicit: string | undefined): DirectoryClient {
+  const store = new AgentStore(defaultHome(env));
+  const value = explicit ?? (env.PROTO_DIRECTORY_URL || undefined) ?? store.readConfig().directory_url;
+  if (value === undefined) {
+    throw new UsageError("no_directory", "no directory URL: pass --directory URL or set PROTO_DIRECTORY_URL");
+  }
+  return new DirectoryClient({ url: value, store });
+}
+
+function describeListing(listing: Listing, full: boolean): string[] {
+  const head = `${listing.status.padEnd(7)} ${listing.service_did}  ${listing.title ?? "(untitled)"}${
+    listing.tags.length > 0 ? `  [${listing.tags.join(", ")}]` : ""
+  }`;
+  if (!full) return [head];
+  return [
+    head,
+    ...(listing.description ? [`  ${listing.description}`] : []),
+    `  discovery ${listing.discovery_url}`,
+    `  listed ${listing.first_listed_at}, updated ${listing.updated_at}, fetched ${listing.fetched_at}`,
+  ];
+}
+
+function positiveInteger(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1)
+    throw new UsageError("invalid_argument", `${JSON.stringify(value)} is not a positive integer`);
+  return n;
+}
+
+async function readData(data: string, stdin: NodeJS.ReadStream): Promise<Uint8Array> {
+  if (data === "@-") {
+    const chunks: Buffer[] = [];
+    for await (const chunk of stdin) chunks.push(Buffer.from(chunk as Buffer));
+    return new Uint8Array(Buffer.concat(chunks));
+  }
+  if (data.startsWith("@")) {
+    try {
+      return new Uint8Array(readFileSync(data.slice(1)));
+    } catch (error) {
+      throw new UsageError("invalid_data", `cannot read ${data.slice(1)}: ${(error as Error).message}`);
+    }
+  }
+  return new TextEncoder().encode(data);
+}
+
+/** Waits for Enter on a terminal; Ctrl-C or end of input interrupts. */
+function waitForEnter(context: RunContext, prompt: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const rl = createInterface({ input: context.stdin, output: context.stdout });
+    let answered = false;
+    rl.once("SIGINT", () => rl.close());
+    rl.once("close", () => (answered ? resolve() : reject(new Interrupted())));
+    rl.question(prompt, () => {
+      answered = true;
+      rl.close();
+    });
+  });
+}
+
+function isoOf(unixSeconds: number): string {
+  return new Date(unixSeconds * 1000).toISOString();
+}

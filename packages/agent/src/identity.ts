@@ -1,0 +1,109 @@
+/** The agent's identity: one Ed25519 key pair and the `did:key` derived from it. */
+import { generateKeyPairSync, type KeyObject, sign } from "node:crypto";
+import {
+  encodeBase64url,
+  encodeDidKey,
+  privateKeyFromSeed,
+  rawPublicKey,
+  type SignedRequest,
+  type SignOptions,
+  seedOfPrivateKey,
+  signRequest,
+} from "@proto/protocol";
+
+/** Signing options the caller may fix (clock, `created`/`expires`/`nonce` for reproducible signatures). */
+export type RequestSignOptions = Omit<SignOptions, "keyid" | "privateKey">;
+
+/** What `proto keys export` prints: the DID and the public key in three spellings. */
+export interface PublicKeyExport {
+  did: string;
+  algorithm: "ed25519";
+  /** The raw 32-byte public key, base64url without padding (what `POST /v1/link/start` takes). */
+  public_key_b64: string;
+  /** The `did:key` payload: `z` + base58btc(0xed01 + key). */
+  public_key_multibase: string;
+  jwk: { kty: "OKP"; crv: "Ed25519"; x: string };
+  created_at: string;
+}
+
+/** `--private`: the public export plus the secret seed and a PKCS#8 PEM. */
+export interface PrivateKeyExport extends PublicKeyExport {
+  /** The 32-byte Ed25519 seed, base64url without padding. */
+  private_key_b64: string;
+  private_key_pem: string;
+}
+
+export class AgentIdentity {
+  readonly did: string;
+  /** The raw 32-byte public key. */
+  readonly publicKey: Uint8Array;
+  readonly privateKey: KeyObject;
+  /** RFC 3339 time the key was generated. */
+  readonly createdAt: string;
+
+  constructor(privateKey: KeyObject, createdAt: string) {
+    if (privateKey.asymmetricKeyType !== "ed25519" || privateKey.type !== "private") {
+      throw new TypeError("an agent identity needs an Ed25519 private key");
+    }
+    this.privateKey = privateKey;
+    this.publicKey = rawPublicKey(privateKey);
+    this.did = encodeDidKey(this.publicKey);
+    this.createdAt = createdAt;
+  }
+
+  /** A fresh random key. */
+  static generate(now: Date = new Date()): AgentIdentity {
+    return new AgentIdentity(generateKeyPairSync("ed25519").privateKey, now.toISOString());
+  }
+
+  /** The identity of a 32-byte Ed25519 seed. */
+  static fromSeed(seed: Uint8Array, createdAt: string = new Date().toISOString()): AgentIdentity {
+    return new AgentIdentity(privateKeyFromSeed(seed), createdAt);
+  }
+
+  get publicKeyB64(): string {
+    return encodeBase64url(this.publicKey);
+  }
+
+  /**
+   * Signs a request under the proto RFC 9421 profile (through `signRequest` of `@proto/protocol`)
+   * and returns the headers to add. Send exactly the body bytes that were signed.
+   */
+  signRequest(
+    request: { method: string; url: string; body?: Uint8Array | string | null | undefined },
+    options: RequestSignOptions = {},
+  ): SignedRequest {
+    return signRequest(request, { ...options, keyid: this.did, privateKey: this.privateKey });
+  }
+
+  /** A raw Ed25519 signature over bytes (the link poll signs the UTF-8 bytes of `req_id`). */
+  signBytes(data: Uint8Array | string): Uint8Array {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+    return new Uint8Array(sign(null, bytes, this.privateKey));
+  }
+
+  exportPublic(): PublicKeyExport {
+    const x = this.publicKeyB64;
+    return {
+      did: this.did,
+      algorithm: "ed25519",
+      public_key_b64: x,
+      public_key_multibase: this.did.slice("did:key:".length),
+      jwk: { kty: "OKP", crv: "Ed25519", x },
+      created_at: this.createdAt,
+    };
+  }
+
+  exportPrivate(): PrivateKeyExport {
+    return {
+      ...this.exportPublic(),
+      private_key_b64: encodeBase64url(seedOfPrivateKey(this.privateKey)),
+      private_key_pem: this.privateKey.export({ format: "pem", type: "pkcs8" }).toString(),
+    };
+  }
+
+  /** Never prints the private key, even by accident. */
+  toJSON(): PublicKeyExport {
+    return this.exportPublic();
+  }
+}

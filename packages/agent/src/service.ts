@@ -1,0 +1,229 @@
+/**
+ * Talking to a proto service: its discovery document, then signed (and, for `attested_only`
+ * services, attested) requests through a `fetch`-compatible function.
+ */
+import {
+  ATTESTATION_HEADER,
+  checkAgentCompatibility,
+  type DiscoveryDocument,
+  didWebMatchesHost,
+  parseErrorEnvelope,
+  validateDiscoveryDocument,
+} from "@proto/protocol";
+import type { AttestorClient } from "./attestor.js";
+import { AuthError, DiscoveryError, ServerError, type ServerErrorInit, UsageError } from "./errors.js";
+import {
+  DISCOVERY_MAX_BYTES,
+  errorFromResponse,
+  HttpClient,
+  type HttpOptions,
+  type HttpResponse,
+  isOk,
+} from "./http.js";
+import type { AgentIdentity } from "./identity.js";
+
+export const DISCOVERY_PATH = "/.well-known/proto";
+
+export interface ServiceDiscovery {
+  /** `https://host[:port]` of the service. */
+  origin: string;
+  /** `{origin}/.well-known/proto`. */
+  discoveryUrl: string;
+  /** The validated document. */
+  document: DiscoveryDocument;
+  /** `document.service_did`: the audience of attestations for this service. */
+  did: string;
+  /** `billing.unclaimed_mode` is `attested_only`: requests carry `Proto-Attestation`. */
+  attestedOnly: boolean;
+}
+
+const serviceError = (init: ServerErrorInit) => new ServerError(init);
+
+/** The service origin of a URL: any URL on the host, or its discovery URL. HTTPS only. */
+export function serviceOrigin(url: string | URL): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new UsageError("invalid_url", `${JSON.stringify(String(url))} is not an absolute URL`);
+  }
+  if (parsed.protocol !== "https:") {
+    throw new UsageError(
+      "insecure_url",
+      `services are reached over https:// only, got ${parsed.protocol}//${parsed.host}`,
+    );
+  }
+  if (parsed.username !== "" || parsed.password !== "") {
+    throw new UsageError("invalid_url", "service URLs must not carry credentials");
+  }
+  return parsed.origin;
+}
+
+/**
+ * Fetches `https://{host}/.well-known/proto` (no redirects, 64 KiB cap) and checks it with the
+ * protocol library: the schema (`discovery_invalid`), then the v0.1 agent rules, `proto_version`
+ * "0.1" and `ed25519` (`discovery_incompatible`), then that a `did:web` DID names this host
+ * (`discovery_did_mismatch`), so attestations minted for it never go to another host.
+ */
+export async function discoverService(
+  url: string | URL,
+  options: HttpOptions & { signal?: AbortSignal } = {},
+): Promise<ServiceDiscovery> {
+  const origin = serviceOrigin(url);
+  const discoveryUrl = `${origin}${DISCOVERY_PATH}`;
+  const http = new HttpClient(options);
+  const response = await http.request(discoveryUrl, {
+    method: "GET",
+    headers: { accept: "application/json" },
+    maxResponseBytes: Math.min(DISCOVERY_MAX_BYTES, http.maxResponseBytes),
+    signal: options.signal,
+  });
+  if (response.status >= 500) throw errorFromResponse(response, serviceError);
+  if (!isOk(response.status)) {
+    throw new DiscoveryError("discovery_fetch_failed", discoveryUrl, [`answered HTTP ${response.status}`]);
+  }
+  let doc: unknown;
+  try {
+    doc = JSON.parse(new TextDecoder().decode(response.body));
+  } catch {
+    throw new DiscoveryError("discovery_invalid", discoveryUrl, ["the discovery document is not JSON"]);
+  }
+  const result = checkAgentCompatibility(doc);
+  if (!result.compatible) {
+    const code = validateDiscoveryDocument(doc).valid ? "discovery_incompatible" : "discovery_invalid";
+    throw new DiscoveryError(code, discoveryUrl, result.reasons);
+  }
+  const document = result.document;
+  if (document.service_did.startsWith("did:web:") && !didWebMatchesHost(document.service_did, new URL(origin).host)) {
+    throw new DiscoveryError("discovery_did_mismatch", discoveryUrl, [
+      `service_did ${document.service_did} does not name the host ${new URL(origin).host}`,
+    ]);
+  }
+  return {
+    origin,
+    discoveryUrl,
+    document,
+    did: document.service_did,
+    attestedOnly: document.billing?.unclaimed_mode === "attested_only",
+  };
+}
+
+export interface ServiceClientOptions extends HttpOptions {
+  identity: AgentIdentity;
+  /** Mints the attestations `attested_only` services need; without it such services are refused. */
+  attestor?: AttestorClient;
+  /** Milliseconds since the epoch, for signatures. */
+  now?: () => number;
+  /**
+   * When a request went out without an attestation and the service answers 401
+   * `attestation_required`, mint one and send the request once more (default true; needs `attestor`).
+   */
+  retryWithAttestation?: boolean;
+}
+
+/** The answer to a signed request, read whole, and whether it carried an attestation. */
+export interface ServiceResponse {
+  response: HttpResponse;
+  attested: boolean;
+}
+
+/** Statuses whose Response must have no body. */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+export class ServiceClient {
+  readonly discovery: ServiceDiscovery;
+  readonly identity: AgentIdentity;
+  readonly attestor: AttestorClient | undefined;
+  readonly #http: HttpClient;
+  readonly #now: () => number;
+  readonly #retry: boolean;
+
+  /**
+   * A `fetch` for this service: signs every request (RFC 9421, through `@proto/protocol`), adds
+   * `Proto-Attestation` for `attested_only` services, never follows redirects, and refuses URLs
+   * outside the service origin. Relative URLs resolve against the origin. The response body is
+   * read whole (capped) before it is returned.
+   */
+  readonly fetch: (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+
+  constructor(discovery: ServiceDiscovery, options: ServiceClientOptions) {
+    this.discovery = discovery;
+    this.identity = options.identity;
+    this.attestor = options.attestor;
+    this.#http = new HttpClient(options);
+    this.#now = options.now ?? Date.now;
+    this.#retry = options.retryWithAttestation ?? true;
+    this.fetch = async (input, init) => {
+      const { response } = await this.send(input, init);
+      const body = NULL_BODY_STATUSES.has(response.status) ? null : response.body;
+      return new Response(body, {
+        status: response.status,
+        statusText: response.statusText,
+        headers: response.headers,
+      });
+    };
+  }
+
+  /** Discovers the service at `url` and returns a client for it. */
+  static async connect(
+    url: string | URL,
+    options: ServiceClientOptions & { signal?: AbortSignal },
+  ): Promise<ServiceClient> {
+    return new ServiceClient(await discoverService(url, options), options);
+  }
+
+  get did(): string {
+    return this.discovery.did;
+  }
+
+  get origin(): string {
+    return this.discovery.origin;
+  }
+
+  /** The signed exchange behind `fetch`, with the whole response and whether it was attested. */
+  async send(input: string | URL | Request, init?: RequestInit): Promise<ServiceResponse> {
+    const target = typeof input === "string" ? new URL(input, `${this.origin}/`) : input;
+    const request = new Request(target instanceof URL ? target.href : target, init);
+    const url = new URL(request.url);
+    url.hash = "";
+    if (url.origin !== this.origin) {
+      throw new UsageError("foreign_origin", `this client signs requests for ${this.origin} only, not ${url.origin}`);
+    }
+    const bytes = request.body === null ? undefined : new Uint8Array(await request.arrayBuffer());
+    const body = bytes !== undefined && bytes.length > 0 ? bytes : undefined;
+
+    const exchange = async (attest: boolean): Promise<HttpResponse> => {
+      const headers = new Headers(request.headers);
+      const signed = this.identity.signRequest({ method: request.method, url: url.href, body }, { now: this.#now });
+      for (const [name, value] of Object.entries(signed.headers)) headers.set(name, value);
+      if (attest)
+        headers.set(ATTESTATION_HEADER, (await this.#attestor().token(this.did, { signal: request.signal })).jwt);
+      return this.#http.request(url.href, { method: request.method, headers, body, signal: request.signal });
+    };
+
+    const attested = this.discovery.attestedOnly;
+    const response = await exchange(attested);
+    if (!attested && this.#retry && this.attestor !== undefined && response.status === 401) {
+      if (envelopeCode(response) === "attestation_required") return { response: await exchange(true), attested: true };
+    }
+    return { response, attested };
+  }
+
+  #attestor(): AttestorClient {
+    if (this.attestor === undefined) {
+      throw new AuthError(
+        "attestation_unavailable",
+        `${this.origin} requires an attestation (attested_only) and no attestor is configured: run \`proto trust link\``,
+      );
+    }
+    return this.attestor;
+  }
+}
+
+function envelopeCode(response: HttpResponse): string | undefined {
+  try {
+    return parseErrorEnvelope(JSON.parse(new TextDecoder().decode(response.body)))?.error.code;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,255 @@
+/**
+ * The SDK in-process against the real attestor and directory, with an injected fetch that trusts
+ * the test CA and pins the `*.test` service names (`testFetch(ca, { resolve })`).
+ */
+import assert from "node:assert/strict";
+import { existsSync, statSync } from "node:fs";
+import { after, before, describe, test } from "node:test";
+import { createAttestationVerifier, RemoteKeySet } from "@proto/protocol";
+import { DISCOVERY_PATH, testFetch } from "@proto/testkit";
+import {
+  Agent,
+  AgentError,
+  AttestorError,
+  AuthError,
+  DirectoryError,
+  DiscoveryError,
+  discoverService,
+  NetworkError,
+  ServiceClient,
+  UsageError,
+  writeProofFile,
+} from "../src/index.js";
+import { closedPort, startTestEnv, type TestEnv, tempHome } from "./support/env.js";
+
+function rejectsWith(code: string, type: new (...args: never[]) => AgentError = AgentError) {
+  return (error: unknown) => {
+    assert.ok(error instanceof type, `expected ${type.name}, got ${String(error)}`);
+    assert.equal((error as AgentError).code, code, (error as Error).message);
+    return true;
+  };
+}
+
+describe("SDK against the real servers", () => {
+  let env: TestEnv;
+  let agent: Agent;
+
+  before(async () => {
+    env = await startTestEnv();
+    agent = Agent.init({
+      home: tempHome(),
+      fetch: env.fetch,
+      attestorUrl: env.trustUrl,
+      directoryUrl: env.directoryUrl,
+    }).agent;
+  });
+  after(() => env.close());
+
+  test("link: start, confirmation, poll; the binding is stored and delivered once", async () => {
+    const attestor = agent.attestor();
+    const request = await attestor.linkStart({ label: "sdk test" });
+    assert.match(request.req_id, /^lr_/);
+    assert.equal(request.expires_in, 1800);
+    assert.deepEqual(await attestor.pollOnce(request.req_id), { state: "pending", phase: "awaiting_signin" });
+    const confirmed = await env.trustHook("/__test/link/confirm", {
+      req_id: request.req_id,
+      email: "carol@example.com",
+    });
+    const binding = await attestor.linkPoll(request.req_id);
+    assert.equal(binding.binding_id, confirmed.json.binding_id);
+    assert.equal(agent.store.getBinding(attestor.url, agent.did)?.binding_id, binding.binding_id);
+    await assert.rejects(attestor.pollOnce(request.req_id), (error: unknown) => {
+      assert.ok(error instanceof AttestorError);
+      assert.deepEqual([error.code, error.status], ["link_request_expired", 410]);
+      return true;
+    });
+    await assert.rejects(attestor.linkPoll(request.req_id), rejectsWith("link_request_expired", AttestorError));
+  });
+
+  test("mint: a token the attestor's key set verifies, cached per audience, binding deadline refreshed", async () => {
+    const attestor = agent.attestor();
+    const aud = env.named.a?.did ?? "";
+    const before = agent.store.getBinding(attestor.url, agent.did)?.binding_expires_at ?? 0;
+    const minted = await attestor.token(aud);
+    assert.equal(minted.cached, false);
+    assert.ok((minted.binding_expires_at ?? 0) >= before);
+    assert.equal(agent.store.getBinding(attestor.url, agent.did)?.binding_expires_at, minted.binding_expires_at);
+    const keySet = new RemoteKeySet(`${env.trustUrl}/.well-known/jwks.json`, { fetch: testFetch(env.ca) });
+    const verified = await createAttestationVerifier({ keySet }).verify(minted.jwt, {
+      audience: aud,
+      agentDid: agent.did,
+    });
+    assert.equal(verified.verification, "email");
+    const again = await attestor.token(aud);
+    assert.deepEqual([again.cached, again.jwt], [true, minted.jwt]);
+    const other = await attestor.token(env.named.b?.did ?? "");
+    assert.equal(other.cached, false);
+    assert.notEqual(other.jwt, minted.jwt);
+    assert.equal((await attestor.keySet()).keys.length > 0, true);
+  });
+
+  test("service fetch: signed and attested for attested_only services; fetch-compatible", async () => {
+    const site = env.named.a;
+    assert.ok(site);
+    const service = await agent.service(site.origin);
+    assert.equal(service.did, site.did);
+    assert.equal(service.discovery.attestedOnly, true);
+    const response = await service.fetch("/proto/v1/hello", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ n: 1 }),
+    });
+    assert.equal(response.status, 200);
+    const body = (await response.json()) as { agent: string; verification: string; echo: string };
+    assert.deepEqual(body, { agent: agent.did, verification: "email", echo: '{"n":1}' });
+    assert.equal(site.accepted.at(-1)?.attested, true);
+    // A Request object works too, and the same nonce is never reused.
+    const second = await service.fetch(new Request(`${site.origin}/proto/v1/hello`));
+    assert.equal(second.status, 200);
+    await assert.rejects(service.fetch("https://b.test/proto/v1/hello"), rejectsWith("foreign_origin", UsageError));
+  });
+
+  test("service fetch: a free service gets no attestation until it answers attestation_required", async () => {
+    const site = env.named.free;
+    assert.ok(site);
+    const service = await agent.service(site.origin);
+    assert.equal(service.discovery.attestedOnly, false);
+    const { response, attested } = await service.send("/proto/v1/hello");
+    assert.equal(response.status, 200);
+    assert.equal(attested, true);
+    const noRetry = new ServiceClient(service.discovery, { identity: agent.identity, fetch: env.fetch });
+    const refused = await noRetry.fetch("/proto/v1/hello");
+    assert.equal(refused.status, 401);
+    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, "attestation_required");
+  });
+
+  test("discovery: HTTPS only, schema and v0.1 rules, DID must name the host, size cap, no redirects, timeout", async () => {
+    const fetch = env.fetch;
+    await assert.rejects(discoverService("http://a.test/", { fetch }), rejectsWith("insecure_url", UsageError));
+    await assert.rejects(
+      discoverService(env.broken.origin(), { fetch: testFetch(env.ca) }),
+      rejectsWith("discovery_invalid", DiscoveryError),
+    );
+    const broken = env.broken;
+    const good = env.site.document();
+    try {
+      broken.serveDiscovery({ ...good, proto_version: "0.2" });
+      await assert.rejects(
+        discoverService(broken.origin(), { fetch: testFetch(env.ca) }),
+        rejectsWith("discovery_incompatible", DiscoveryError),
+      );
+      broken.serveDiscovery({ ...good, signature_algorithms: ["ecdsa-p256-sha256"] });
+      await assert.rejects(
+        discoverService(broken.origin(), { fetch: testFetch(env.ca) }),
+        (error: unknown) => error instanceof DiscoveryError && /ed25519/.test(error.message),
+      );
+      broken.serveDiscovery(good); // declares did:web:localhost%3A<site port>, not this host's port
+      await assert.rejects(
+        discoverService(broken.origin(), { fetch: testFetch(env.ca) }),
+        rejectsWith("discovery_did_mismatch", DiscoveryError),
+      );
+      broken.serveDiscovery("not json");
+      await assert.rejects(
+        discoverService(broken.origin(), { fetch: testFetch(env.ca) }),
+        rejectsWith("discovery_invalid", DiscoveryError),
+      );
+      broken.misbehave(DISCOVERY_PATH, "oversized");
+      await assert.rejects(
+        discoverService(broken.origin(), { fetch: testFetch(env.ca) }),
+        rejectsWith("response_too_large", NetworkError),
+      );
+      broken.serveDiscovery(good);
+      broken.misbehave(DISCOVERY_PATH, "redirect");
+      await assert.rejects(
+        discoverService(broken.origin(), { fetch: testFetch(env.ca) }),
+        rejectsWith("discovery_fetch_failed", DiscoveryError),
+      );
+      broken.misbehave(DISCOVERY_PATH, "hang");
+      await assert.rejects(
+        discoverService(broken.origin(), { fetch: testFetch(env.ca), timeoutMs: 300 }),
+        rejectsWith("timeout", NetworkError),
+      );
+    } finally {
+      broken.serveDiscovery({ proto_version: "0.1", service_did: "did:web:localhost", endpoints: {} });
+    }
+    // Without the test CA the certificate is refused, as a one-line TLS error.
+    await assert.rejects(discoverService(env.site.origin), rejectsWith("tls_error", NetworkError));
+  });
+
+  test("directory: register, list with cursor iteration, search, update, withdraw; sessions kept 0600", async () => {
+    const directory = agent.directory();
+    const names = ["a", "b", "c"] as const;
+    const titles = { a: "Alpha widgets", b: "Beta widgets", c: "Gamma gadgets" };
+    for (const name of names) {
+      const site = env.named[name];
+      assert.ok(site);
+      const result = await directory.register({
+        discoveryUrl: site.discoveryUrl,
+        title: titles[name],
+        tags: [name === "c" ? "gadgets" : "widgets"],
+        publish: (challenge) => {
+          writeProofFile(site.proofDir, challenge.challenge_token);
+        },
+      });
+      assert.equal(result.created, true);
+      assert.equal(result.session.service_did, site.did);
+      assert.equal(statSync(result.sessionFile ?? "").mode & 0o777, 0o600);
+    }
+    const all = [];
+    for await (const listing of directory.list({ limit: 1 })) all.push(listing.service_did);
+    assert.deepEqual(all.sort(), names.map((n) => env.named[n]?.did).sort());
+    const page = await directory.listPage({ limit: 1 });
+    assert.equal(page.listings.length, 1);
+    assert.equal(typeof page.next_cursor, "string");
+
+    const widgets = [];
+    for await (const listing of directory.list({ search: "WIDGETS", limit: 1 })) widgets.push(listing.title);
+    assert.deepEqual(widgets.sort(), ["Alpha widgets", "Beta widgets"]);
+
+    const c = env.named.c?.did ?? "";
+    const updated = await directory.update(c, { description: "Now with gadgets", tags: ["gadgets", "new"] });
+    assert.deepEqual([updated.description, updated.tags], ["Now with gadgets", ["gadgets", "new"]]);
+    await assert.rejects(directory.update(c, {}), rejectsWith("nothing_to_update", UsageError));
+    await assert.rejects(directory.update(c, { title: "x".repeat(121) }), rejectsWith("invalid_field", UsageError));
+
+    const sessionFile = agent.store.sessionPath(directory.url, c);
+    assert.equal(existsSync(sessionFile), true);
+    await directory.withdraw(c);
+    assert.equal(existsSync(sessionFile), false);
+    assert.equal((await directory.get(c)).status, "deleted");
+    await assert.rejects(directory.update(c, { title: "again" }), rejectsWith("no_session", AuthError));
+    await assert.rejects(
+      directory.update(c, { title: "again" }, { sessionToken: "sess_wrong" }),
+      (error: unknown) => error instanceof DirectoryError && error.status === 401 && error.code === "unauthorized",
+    );
+    await assert.rejects(directory.get("did:web:nowhere.test"), (error: unknown) => {
+      assert.ok(error instanceof DirectoryError);
+      assert.deepEqual([error.code, error.status, error.kind], ["not_found", 404, "server"]);
+      return true;
+    });
+  });
+
+  test("directory errors carry Retry-After: the per-host challenge cap", async () => {
+    const directory = agent.directory();
+    const url = env.named.free?.discoveryUrl ?? "";
+    for (let i = 0; i < 10; i++) await directory.challenge(url);
+    await assert.rejects(directory.challenge(url), (error: unknown) => {
+      assert.ok(error instanceof DirectoryError);
+      assert.deepEqual([error.code, error.status], ["rate_limited", 429]);
+      assert.ok((error.retryAfter ?? 0) > 0, `Retry-After ${error.retryAfter}`);
+      return true;
+    });
+  });
+
+  test("unreachable attestor: a network error, no stack in the message", async () => {
+    const port = await closedPort();
+    const closed = Agent.load({ home: agent.store.home, attestorUrl: `https://127.0.0.1:${port}` });
+    await assert.rejects(closed.attestor().mint("did:web:svc.example"), (error: unknown) => {
+      assert.ok(error instanceof NetworkError);
+      assert.equal(error.kind, "network");
+      assert.equal(error.message, `cannot reach https://127.0.0.1:${port}: connection refused`);
+      assert.doesNotMatch(error.message, /\n/);
+      return true;
+    });
+  });
+});
