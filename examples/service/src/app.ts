@@ -1,0 +1,312 @@
+/**
+ * The notes service: a small Fastify application built on @proto/kit.
+ *
+ * - `/.well-known/proto` and every kit endpoint (accounts, owner invitation, claim page, claim
+ *   completion, key rotation, owner sign-in with the attestor) come from `createService(kit)`.
+ * - `POST /notes` and `GET /notes` are the service's own agent API, guarded by the kit: a valid
+ *   request signature, and an attestation at signup (`attested_only`).
+ * - `GET /owner` is the page where a person who claimed an agent reads its notes.
+ * - `GET /.well-known/proto-registry-proof` serves the directory's challenge token from `proofDir`,
+ *   where `proto directory register --proof-dir` (or `writeProofFile`) puts it.
+ */
+import { timingSafeEqual } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import formbody from "@fastify/formbody";
+import {
+  type AccountRecord,
+  agentRoute,
+  createKit,
+  createService,
+  type InvitationEvent,
+  type Kit,
+  type OwnerSession,
+  openKitStore,
+} from "@proto/kit";
+import { type FetchFunction, ProtoError, protoError, recipientKey } from "@proto/protocol";
+import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
+import { type Note, NotesStore } from "./notes-store.js";
+import { homePage, messagePage, type OwnedAgent, ownerPage, PAGE_HEADERS } from "./pages.js";
+
+/** The attestation issuer of our attestor (`iss` of its attestations). */
+export const DEFAULT_ATTESTOR_ISSUER = "proto-trust";
+/** Longest note, in characters (Unicode code points). */
+export const MAX_NOTE_LENGTH = 2000;
+export const OWNER_PAGE = "/owner";
+export const PROOF_PATH = "/.well-known/proto-registry-proof";
+
+export interface NotesServiceOptions {
+  /** The public origin agents sign and people visit (`https://notes.example`), whatever the process listens on. */
+  publicUrl: string;
+  /** `sqlite:PATH`, `sqlite::memory:` or `postgres://...`: the kit's tables and the notes. */
+  database: string;
+  /** Default `did:web:<host of publicUrl>` (a port is encoded as `%3A`). */
+  serviceDid?: string;
+  /** `{trust_url}` of the attestor whose attestations are accepted (and where owners sign in). */
+  attestorUrl: string;
+  /** Its attestation issuer (default `proto-trust`). */
+  attestorIssuer?: string;
+  /** The folder whose `.well-known/proto-registry-proof` is served (directory listing); none: 404. */
+  proofDir?: string;
+  /** Serve HTTPS directly (PEM key and certificate); otherwise plain HTTP, e.g. behind a TLS proxy. */
+  https?: { key: string | Buffer; cert: string | Buffer };
+  /** Fastify's logger (default off). */
+  logger?: boolean | { level: string };
+  /** Milliseconds since the epoch (default `Date.now`). */
+  now?: () => number;
+  /** The fetch the kit reaches the attestor with (key set, OpenID configuration). */
+  fetch?: FetchFunction;
+  /** Called when an agent stages an owner invitation (the claim link is also in the agent's answer). */
+  onInvitation?: (event: InvitationEvent) => void | Promise<void>;
+}
+
+export interface NotesService {
+  app: FastifyInstance;
+  kit: Kit;
+  notes: NotesStore;
+  serviceDid: string;
+  /** The redirect URI to register at the attestor (`TRUST_OIDC_CLIENTS`). */
+  redirectUri: string;
+  /** The `TRUST_OIDC_CLIENTS` entry the attestor needs for owner sign-in. */
+  oidcClient: { client_id: string; service_did: string; redirect_uris: string[] };
+  /** Closes the server, the kit and the database. */
+  close(): Promise<void>;
+}
+
+/** `did:web:<host>` for a public URL: `https://notes.example:8443` -> `did:web:notes.example%3A8443`. */
+export function didWebFor(publicUrl: string): string {
+  return `did:web:${new URL(publicUrl).host.replace(":", "%3A")}`;
+}
+
+function isLoopback(hostname: string): boolean {
+  return hostname === "localhost" || hostname === "127.0.0.1" || hostname === "[::1]";
+}
+
+function safeEqual(a: string, b: string): boolean {
+  const left = Buffer.from(a);
+  const right = Buffer.from(b);
+  return left.length === right.length && timingSafeEqual(left, right);
+}
+
+/** `{ "text": "..." }`, nothing else; 1 to 2,000 characters, not only white space. */
+export function parseNoteText(body: Record<string, unknown>): string {
+  const unknown = Object.keys(body).filter((key) => key !== "text");
+  if (unknown.length > 0) {
+    throw protoError("malformed_request", { message: `unknown field ${JSON.stringify(unknown[0])}; send {"text"}` });
+  }
+  const text = body.text;
+  if (typeof text !== "string") throw protoError("malformed_request", { message: "text (a string) is required" });
+  if (text.trim().length === 0) throw new ProtoError("notes_invalid_text", 400, "the note is empty");
+  const length = [...text].length;
+  if (length > MAX_NOTE_LENGTH) {
+    throw new ProtoError(
+      "notes_invalid_text",
+      400,
+      `a note has at most ${MAX_NOTE_LENGTH} characters (this one has ${length})`,
+    );
+  }
+  return text;
+}
+
+function noteResource(note: Note) {
+  return { id: note.id, text: note.text, created_at: new Date(note.createdAt).toISOString() };
+}
+
+function sendError(reply: FastifyReply, error: ProtoError): FastifyReply {
+  return reply
+    .code(error.status)
+    .headers({ ...error.headers(), "cache-control": "no-store" })
+    .send(error.toEnvelope());
+}
+
+/** The kit's ownership rule: a claimed account whose owner is this person or one of the session's identities. */
+function isOwner(session: OwnerSession, keys: Set<string>, record: AccountRecord): boolean {
+  if (record.claimedAt === undefined) return false;
+  if (record.ownerPersonId !== undefined && record.ownerPersonId === session.personId) return true;
+  return record.ownerKey !== undefined && keys.has(record.ownerKey);
+}
+
+export async function buildNotesService(options: NotesServiceOptions): Promise<NotesService> {
+  const publicUrl = new URL(options.publicUrl);
+  const serviceDid = options.serviceDid ?? didWebFor(publicUrl.href);
+  const issuer = options.attestorIssuer ?? DEFAULT_ATTESTOR_ISSUER;
+  const attestorUrl = new URL(options.attestorUrl);
+  const now = options.now ?? Date.now;
+
+  const store = await openKitStore(options.database);
+  let kit: Kit;
+  let notes: NotesStore;
+  try {
+    notes = await NotesStore.open(store);
+    kit = await createKit({
+      publicUrl: publicUrl.origin,
+      store,
+      discovery: {
+        service_did: serviceDid,
+        // Owners sign in with the attestor, which proves who they are there (a pairwise subject) and
+        // nothing else: no e-mail address reaches this service, so only `oidc` recipients can claim.
+        recipient_types: ["oidc"],
+        limits: { unclaimed_rate_limit_per_hour: 600 },
+        billing: { unclaimed_mode: "attested_only", accepted_attestors: [issuer] },
+        features: ["attestation", "key_rotation"],
+      },
+      attestors: {
+        // Plain http only for an attestor on this machine (development, tests).
+        [issuer]: {
+          url: attestorUrl.href,
+          allowHttp: attestorUrl.protocol === "http:" && isLoopback(attestorUrl.hostname),
+        },
+      },
+      now,
+      ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+      ...(options.onInvitation === undefined ? {} : { onInvitation: options.onInvitation }),
+    });
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+
+  const logger = options.logger ?? false;
+  const app = (options.https === undefined
+    ? Fastify({ logger })
+    : Fastify({ logger, https: options.https })) as unknown as FastifyInstance;
+  app.addHook("onClose", async () => {
+    await kit.close();
+    await store.close();
+  });
+
+  app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
+    if (error instanceof ProtoError) return sendError(reply, error);
+    const status = error.statusCode ?? 500;
+    if (status === 413) return sendError(reply, new ProtoError("payload_too_large", 413, "the body is too large"));
+    if (status >= 400 && status < 500) return sendError(reply, new ProtoError("malformed_request", 400, error.message));
+    request.log.error({ err: error }, "unexpected error");
+    return sendError(reply, new ProtoError("internal_error", 500, "an unexpected error occurred"));
+  });
+  app.setNotFoundHandler((_request, reply) => sendError(reply, new ProtoError("not_found", 404, "no such route")));
+
+  // `/.well-known/proto`, the kit's agent endpoints, the claim page and the owner routes.
+  await app.register(createService(kit));
+
+  // The service's own agent API. Bodies reach the handler as the exact signed bytes; the kit
+  // verifies them (signature, replay, revocation, attestation, account, rate limit) before.
+  await app.register(async (api) => {
+    api.removeAllContentTypeParsers();
+    api.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body, done) => done(null, body));
+    api.addHook("onSend", async (_request, reply) => {
+      reply.header("cache-control", "no-store");
+    });
+
+    api.post(
+      "/notes",
+      { ...agentRoute(kit, { route: "notes.write" }), bodyLimit: kit.maxBodyBytes },
+      async (request, reply) => {
+        const agent = request.proto!;
+        const note = await notes.add(agent.record.id, parseNoteText(agent.json()), now());
+        return reply.code(201).send({ note: noteResource(note) });
+      },
+    );
+
+    api.get("/notes", agentRoute(kit, { route: "notes.read" }), async (request) => {
+      const agent = request.proto!;
+      return { notes: (await notes.list(agent.record.id)).map(noteResource) };
+    });
+  });
+
+  // The human pages.
+  await app.register(async (pages) => {
+    await pages.register(formbody, { bodyLimit: 4096 });
+
+    pages.get("/", async (_request, reply) =>
+      reply
+        .headers(PAGE_HEADERS)
+        .send(homePage({ serviceDid, discoveryPath: "/.well-known/proto", ownerPage: OWNER_PAGE })),
+    );
+
+    pages.get(OWNER_PAGE, async (request, reply) => {
+      const session = await kit.ownerSession(request.headers);
+      const signInLinks = kit.attestors.signInAttestors().map((attestor) => ({
+        label: attestor.url ?? attestor.name,
+        href: `${kit.ownerPath}/signin?${new URLSearchParams({ attestor: attestor.name, return_to: OWNER_PAGE })}`,
+      }));
+      if (session === undefined) {
+        return reply
+          .headers(PAGE_HEADERS)
+          .send(ownerPage({ session: undefined, signInLinks, signOutPath: `${OWNER_PAGE}/signout` }));
+      }
+      const keys = new Set(session.identities.map((identity) => recipientKey(identity)));
+      const records = await kit.store.listAccountsForPerson(session.personId, [...keys]);
+      const owned: OwnedAgent[] = [];
+      const unclaimed: string[] = [];
+      for (const record of records) {
+        if (isOwner(session, keys, record)) {
+          owned.push({
+            did: record.did,
+            claimedAt: record.claimedAt === undefined ? undefined : new Date(record.claimedAt).toISOString(),
+            notes: (await notes.list(record.id)).map((note) => ({
+              text: note.text,
+              createdAt: new Date(note.createdAt).toISOString(),
+            })),
+          });
+        } else if (record.claimedAt === undefined) {
+          unclaimed.push(record.did);
+        }
+      }
+      const person = session.personId === undefined ? undefined : await kit.store.findPerson(session.personId);
+      return reply.headers(PAGE_HEADERS).send(
+        ownerPage({
+          session: {
+            issuer: person === undefined ? undefined : (kit.attestors.get(person.issuer)?.url ?? person.issuer),
+            authenticatedAt:
+              session.authenticatedAt === undefined ? undefined : new Date(session.authenticatedAt).toISOString(),
+            csrf: session.csrf,
+            owned,
+            unclaimed,
+          },
+          signInLinks,
+          signOutPath: `${OWNER_PAGE}/signout`,
+        }),
+      );
+    });
+
+    pages.post<{ Body: Record<string, string> | undefined }>(`${OWNER_PAGE}/signout`, async (request, reply) => {
+      const session = await kit.ownerSession(request.headers);
+      if (session === undefined) {
+        return reply.code(303).header("location", OWNER_PAGE).header("set-cookie", kit.sessions.clearCookie()).send();
+      }
+      const csrf = typeof request.body?.csrf === "string" ? request.body.csrf : "";
+      if (!safeEqual(csrf, session.csrf)) {
+        return reply
+          .code(403)
+          .headers(PAGE_HEADERS)
+          .send(messagePage("Not signed out", "This form was not sent from the notes page. Go back and try again."));
+      }
+      const cookie = await kit.sessions.destroy(session);
+      return reply.code(303).header("location", OWNER_PAGE).header("set-cookie", cookie).send();
+    });
+  });
+
+  // The directory's proof of control of this host (written by `proto directory register --proof-dir`).
+  app.get(PROOF_PATH, async (_request, reply) => {
+    let token: Buffer | undefined;
+    if (options.proofDir !== undefined) {
+      try {
+        token = await readFile(join(options.proofDir, PROOF_PATH));
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+      }
+    }
+    if (token === undefined) return sendError(reply, new ProtoError("not_found", 404, "no listing proof is published"));
+    return reply.headers({ "content-type": "text/plain", "cache-control": "no-store" }).send(token);
+  });
+
+  return {
+    app,
+    kit,
+    notes,
+    serviceDid,
+    redirectUri: kit.redirectUri,
+    oidcClient: { client_id: serviceDid, service_did: serviceDid, redirect_uris: [kit.redirectUri] },
+    close: () => app.close(),
+  };
+}

@@ -1,0 +1,87 @@
+/**
+ * Runs the notes service: `npm start` in this folder (or `npm start -w @proto/example-service`).
+ *
+ * Environment:
+ *   NOTES_PUBLIC_URL     the public origin (default http(s)://localhost:PORT)
+ *   NOTES_DATABASE_URL   sqlite:PATH or postgres://... (default sqlite:./data/notes.db)
+ *   NOTES_SERVICE_DID    default did:web:<host of the public URL>
+ *   NOTES_ATTESTOR_URL   our attestor (default http://localhost:8081, the one `npm start` runs)
+ *   NOTES_PORT / PORT    default 3000; NOTES_HOST default localhost
+ *   NOTES_TLS_CERT, NOTES_TLS_KEY   PEM files: serve HTTPS directly (agents reach services over HTTPS only)
+ *   NOTES_PROOF_DIR      where `proto directory register --proof-dir` writes (default ./data/webroot)
+ *   LOG_LEVEL            default info
+ */
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { buildNotesService } from "./app.js";
+
+function fail(message: string): never {
+  console.error(`notes: ${message}`);
+  process.exit(2);
+}
+
+const env = process.env;
+const nonEmpty = (value: string | undefined) => (value === undefined || value.trim() === "" ? undefined : value.trim());
+
+const port = Number(nonEmpty(env.NOTES_PORT) ?? nonEmpty(env.PORT) ?? "3000");
+if (!Number.isInteger(port) || port < 0 || port > 65535) fail("NOTES_PORT must be a port number");
+const host = nonEmpty(env.NOTES_HOST) ?? "localhost";
+
+const certFile = nonEmpty(env.NOTES_TLS_CERT);
+const keyFile = nonEmpty(env.NOTES_TLS_KEY);
+if ((certFile === undefined) !== (keyFile === undefined)) fail("set both NOTES_TLS_CERT and NOTES_TLS_KEY, or neither");
+const https =
+  certFile !== undefined && keyFile !== undefined
+    ? { cert: readFileSync(certFile), key: readFileSync(keyFile) }
+    : undefined;
+
+const publicUrl = nonEmpty(env.NOTES_PUBLIC_URL) ?? `${https ? "https" : "http"}://localhost:${port}`;
+try {
+  const url = new URL(publicUrl);
+  if (url.protocol !== "https:" && url.protocol !== "http:") throw new Error();
+} catch {
+  fail(`NOTES_PUBLIC_URL must be an http(s) URL, got ${JSON.stringify(publicUrl)}`);
+}
+
+const proofDir = resolve(nonEmpty(env.NOTES_PROOF_DIR) ?? "./data/webroot");
+const serviceDid = nonEmpty(env.NOTES_SERVICE_DID);
+
+const service = await buildNotesService({
+  publicUrl,
+  database: nonEmpty(env.NOTES_DATABASE_URL) ?? "sqlite:./data/notes.db",
+  ...(serviceDid === undefined ? {} : { serviceDid }),
+  attestorUrl: nonEmpty(env.NOTES_ATTESTOR_URL) ?? "http://localhost:8081",
+  proofDir,
+  ...(https === undefined ? {} : { https }),
+  logger: { level: nonEmpty(env.LOG_LEVEL) ?? "info" },
+}).catch((error: unknown) => fail(error instanceof Error ? error.message : String(error)));
+
+await service.app.listen({ port, host });
+
+const origin = new URL(publicUrl).origin;
+console.log(`
+notes service ${service.serviceDid}
+  public URL        ${origin}  (listening on ${host}:${port}${https ? ", HTTPS" : ""})
+  discovery         ${origin}/.well-known/proto
+  owner page        ${origin}/owner
+  agent API         POST ${origin}/notes {"text"}, GET ${origin}/notes
+  listing proof     ${proofDir}/.well-known/proto-registry-proof
+
+Owner sign-in needs this client at the attestor (TRUST_OIDC_CLIENTS):
+  ${JSON.stringify([service.oidcClient])}
+`);
+
+let closing = false;
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    if (closing) return;
+    closing = true;
+    service.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error(error);
+        process.exit(1);
+      },
+    );
+  });
+}

@@ -1,0 +1,143 @@
+/**
+ * The human pages of the notes service: server-rendered, every value escaped, no scripts, nothing
+ * loaded from anywhere (the one stylesheet is inline and allowed by its hash).
+ */
+import { createHash } from "node:crypto";
+
+const ESCAPES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+
+/** Text and attribute values alike. */
+export function escapeHtml(value: string): string {
+  return value.replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
+}
+
+const STYLE = [
+  "body{font-family:system-ui,sans-serif;max-width:42rem;margin:2.5rem auto;padding:0 1rem;line-height:1.5;color:#111}",
+  "header{border-bottom:1px solid #ccc;margin-bottom:1.5rem}",
+  "code{word-break:break-all;font-size:.9em}",
+  "section{border:1px solid #ccc;border-radius:.4rem;padding:0 1rem;margin:1rem 0}",
+  "ol.notes{padding-left:1.25rem}",
+  "ol.notes li{margin:.5rem 0}",
+  ".text{white-space:pre-wrap;overflow-wrap:anywhere;margin:0}",
+  ".muted{color:#555;font-size:.9em}",
+  "a.button,button{font:inherit;padding:.45rem 1rem;border:1px solid #333;border-radius:.3rem;background:#fff;color:#000;text-decoration:none;display:inline-block;cursor:pointer}",
+].join("");
+
+/** The Content-Security-Policy of every page: nothing but this inline stylesheet, forms to this origin only. */
+export const PAGE_CSP = [
+  "default-src 'none'",
+  `style-src 'sha256-${createHash("sha256").update(STYLE).digest("base64")}'`,
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+  "base-uri 'none'",
+].join("; ");
+
+export const PAGE_HEADERS: Record<string, string> = {
+  "content-type": "text/html; charset=utf-8",
+  "cache-control": "no-store",
+  "content-security-policy": PAGE_CSP,
+  "referrer-policy": "no-referrer",
+  "x-content-type-options": "nosniff",
+  "cross-origin-opener-policy": "same-origin",
+};
+
+export function layout(title: string, body: string): string {
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>${escapeHtml(title)} · Notes</title><style>${STYLE}</style></head><body><header><p><a href="/">Notes</a> · a small service for proto agents</p></header><main><h1>${escapeHtml(title)}</h1>${body}</main></body></html>`;
+}
+
+export interface HomeInput {
+  serviceDid: string;
+  discoveryPath: string;
+  ownerPage: string;
+}
+
+export function homePage(input: HomeInput): string {
+  return layout(
+    "Notes for agents",
+    `<p>Agents keep short notes here. An agent signs its requests with its own key and shows an attestation from an attestor this service trusts when it signs up; the person behind it can later claim it and read its notes.</p>
+<p>Service DID: <code>${escapeHtml(input.serviceDid)}</code></p>
+<p>Agents start at the <a href="${escapeHtml(input.discoveryPath)}">discovery document</a>.</p>
+<p><a class="button" href="${escapeHtml(input.ownerPage)}">Read your agents' notes</a></p>`,
+  );
+}
+
+export interface OwnerNote {
+  text: string;
+  createdAt: string;
+}
+
+export interface OwnedAgent {
+  did: string;
+  claimedAt: string | undefined;
+  notes: OwnerNote[];
+}
+
+export interface OwnerPageInput {
+  /** Undefined when nobody is signed in. */
+  session:
+    | {
+        issuer: string | undefined;
+        authenticatedAt: string | undefined;
+        csrf: string;
+        owned: OwnedAgent[];
+        /** Agents the person's attestations signed up that nobody has claimed yet. */
+        unclaimed: string[];
+      }
+    | undefined;
+  signInLinks: { label: string; href: string }[];
+  signOutPath: string;
+}
+
+function agentSection(agent: OwnedAgent, index: number): string {
+  const id = `agent-${index}`;
+  const notes =
+    agent.notes.length === 0
+      ? `<p class="muted">No notes yet.</p>`
+      : `<ol class="notes">${agent.notes
+          .map(
+            (note) =>
+              `<li><p class="text">${escapeHtml(note.text)}</p><p class="muted"><time datetime="${escapeHtml(note.createdAt)}">${escapeHtml(note.createdAt)}</time></p></li>`,
+          )
+          .join("")}</ol>`;
+  const claimed = agent.claimedAt === undefined ? "" : `<p class="muted">Claimed at ${escapeHtml(agent.claimedAt)}</p>`;
+  return `<section aria-labelledby="${id}"><h2 id="${id}">Agent <code>${escapeHtml(agent.did)}</code></h2>${claimed}${notes}</section>`;
+}
+
+export function ownerPage(input: OwnerPageInput): string {
+  const session = input.session;
+  if (session === undefined) {
+    const links = input.signInLinks
+      .map(
+        (link) => `<p><a class="button" href="${escapeHtml(link.href)}">Sign in with ${escapeHtml(link.label)}</a></p>`,
+      )
+      .join("");
+    return layout(
+      "Your agents' notes",
+      `<p>Sign in with the attestor your agent is linked to. You see the notes of the agents you have claimed.</p>${links}`,
+    );
+  }
+  const who =
+    session.issuer === undefined
+      ? "<p>You are signed in.</p>"
+      : `<p>You are signed in with <strong>${escapeHtml(session.issuer)}</strong>${
+          session.authenticatedAt === undefined
+            ? ""
+            : ` since <time datetime="${escapeHtml(session.authenticatedAt)}">${escapeHtml(session.authenticatedAt)}</time>`
+        }.</p>`;
+  const owned =
+    session.owned.length === 0
+      ? "<p>You own no agent here yet. Open the claim link your agent gave you to claim it.</p>"
+      : session.owned.map((agent, index) => agentSection(agent, index)).join("");
+  const unclaimed =
+    session.unclaimed.length === 0
+      ? ""
+      : `<h2>Agents waiting to be claimed</h2><p>Your attestations signed these agents up. Their notes show here once you claim them with the link they give you.</p><ul>${session.unclaimed
+          .map((did) => `<li><code>${escapeHtml(did)}</code></li>`)
+          .join("")}</ul>`;
+  const signOut = `<form method="post" action="${escapeHtml(input.signOutPath)}"><input type="hidden" name="csrf" value="${escapeHtml(session.csrf)}"><button type="submit">Sign out</button></form>`;
+  return layout("Your agents' notes", `${who}${owned}${unclaimed}${signOut}`);
+}
+
+export function messagePage(title: string, message: string): string {
+  return layout(title, `<p>${escapeHtml(message)}</p><p><a href="/">Back to the start</a></p>`);
+}

@@ -1,0 +1,426 @@
+/**
+ * The whole story of the notes service, black-box: OUR attestor and directory (@proto/server) in
+ * this process, the notes service over real HTTPS (test CA, host name `notes.test` pinned to
+ * 127.0.0.1), an agent made with the @proto/agent SDK, and its owner in a real browser (Debian's
+ * Chromium driven by playwright-core) signing in at the attestor through a link mailed over SMTP to
+ * a server in this process.
+ */
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { after, before, describe, test } from "node:test";
+import {
+  Agent,
+  AgentIdentity,
+  DirectoryClient,
+  discoverService,
+  ServiceClient,
+  type ServiceDiscovery,
+  writeProofFile,
+} from "@proto/agent";
+import { buildDirectoryApp, buildTrustApp, readDirectoryConfig, readTrustConfig } from "@proto/server";
+import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
+import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "../../../packages/server/test/support/smtp.js";
+import { buildNotesService, MAX_NOTE_LENGTH, type NotesService } from "../src/app.js";
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const NOTES_HOST = "notes.test";
+const OWNER_EMAIL = `owner-${Math.random().toString(36).slice(2, 10)}@mail.test`;
+// Markup in a note must reach the owner as text.
+const NOTE = `Buy oat milk & "eggs" <img src=x onerror=alert(1)>\nand call Ada`;
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", resolve);
+  });
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === "string") throw new Error("no address");
+  return address.port;
+}
+
+const quiet = () =>
+  new Writable({
+    write(_chunk, _encoding, done) {
+      done();
+    },
+  });
+
+async function launchBrowser(hostRule: string): Promise<{ browser?: Browser; skip?: string }> {
+  if (!existsSync(CHROMIUM)) return { skip: `Chromium not found at ${CHROMIUM} (apt-get install chromium)` };
+  try {
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+        // The notes service's name, as the directory and the agent reach it.
+        `--host-resolver-rules=${hostRule}`,
+      ],
+    });
+    return { browser };
+  } catch (error) {
+    // CI installs Chromium: there a browser that is present but does not start is a failure.
+    if (process.env.CI) throw error;
+    return { skip: `Chromium at ${CHROMIUM} did not start: ${(error as Error).message.split("\n")[0]}` };
+  }
+}
+
+/** The JSON of an answer the SDK's fetch returned. */
+// biome-ignore lint/suspicious/noExplicitAny: answers of many shapes, asserted field by field
+async function json(response: Response): Promise<any> {
+  return response.json();
+}
+
+function errorCode(body: { error?: { code?: unknown } }): unknown {
+  return body.error?.code;
+}
+
+const notesPort = await freePort();
+const publicUrl = `https://${NOTES_HOST}:${notesPort}`;
+const launched = await launchBrowser(`MAP ${NOTES_HOST} 127.0.0.1`);
+if (launched.skip !== undefined) process.stdout.write(`# browser part of the story skipped: ${launched.skip}\n`);
+
+describe("the notes service: agent signs up, writes, invites; owner claims in a browser; listed", {
+  timeout: 120_000,
+}, () => {
+  let temp: string;
+  let smtp: SmtpCollector;
+  let trust: Awaited<ReturnType<typeof buildTrustApp>>;
+  let trustUrl: string;
+  let directory: Awaited<ReturnType<typeof buildDirectoryApp>>;
+  let directoryUrl: string;
+  let notes: NotesService;
+  let proofDir: string;
+  let fetch: TestFetch;
+  let agent: Agent;
+  let discovery: ServiceDiscovery;
+  let client: ServiceClient;
+  let subH: string;
+  let claimUrl: string;
+  let claimed = false;
+
+  before(async () => {
+    temp = mkdtempSync(join(tmpdir(), "proto-notes-story-"));
+    proofDir = join(temp, "webroot");
+    const ca = await createTestCA();
+    smtp = await startSmtpCollector();
+
+    // OUR attestor: test hooks on, the notes service registered as an OpenID client, mail over SMTP.
+    const trustPort = await freePort();
+    trustUrl = `http://127.0.0.1:${trustPort}`;
+    const serviceDid = `did:web:${NOTES_HOST}%3A${notesPort}`;
+    trust = await buildTrustApp(
+      readTrustConfig({
+        PROTO_TEST_HOOKS: "1",
+        TRUST_PUBLIC_URL: trustUrl,
+        TRUST_DATABASE_URL: `sqlite:${join(temp, "trust.db")}`,
+        TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
+        TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
+        TRUST_OIDC_CLIENTS: JSON.stringify([
+          { client_id: serviceDid, service_did: serviceDid, redirect_uris: [`${publicUrl}/proto/owner/callback`] },
+        ]),
+        SMTP_URL: smtp.url,
+        MAIL_FROM: "proto trust <signin@trust.test>",
+        LOG_LEVEL: "warn",
+      }),
+      { logStream: quiet() },
+    );
+    await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
+
+    // OUR directory: allowed to fetch from loopback, with the notes service's name pinned there.
+    directory = await buildDirectoryApp(
+      readDirectoryConfig({
+        PROTO_TEST_HOOKS: "1",
+        PROTO_FETCH_ALLOW_PRIVATE: "1",
+        PROTO_FETCH_RESOLVE: `${NOTES_HOST}:${notesPort}:127.0.0.1`,
+        DIRECTORY_PUBLIC_URL: "https://directory.test",
+        DIRECTORY_DATABASE_URL: `sqlite:${join(temp, "directory.db")}`,
+        DIRECTORY_ADMIN_TOKEN: "admin-token-for-the-notes-story-0123",
+        DIRECTORY_REVALIDATE_TICK_SECONDS: "0",
+        LOG_LEVEL: "warn",
+      }),
+      { logStream: quiet(), fetchCa: ca.certPem },
+    );
+    await directory.app.listen({ port: 0, host: "127.0.0.1" });
+    directoryUrl = `http://127.0.0.1:${(directory.app.server.address() as { port: number }).port}`;
+
+    // The notes service, over HTTPS with a certificate for its name.
+    const { certPem, keyPem } = await ca.issue([NOTES_HOST]);
+    notes = await buildNotesService({
+      publicUrl,
+      database: `sqlite:${join(temp, "notes.db")}`,
+      attestorUrl: trustUrl,
+      proofDir,
+      https: { key: keyPem, cert: certPem },
+    });
+    assert.equal(notes.serviceDid, serviceDid);
+    await notes.app.listen({ port: notesPort, host: "127.0.0.1" });
+
+    // The agent: a fresh home, a fetch that trusts the test CA and knows where notes.test is.
+    fetch = testFetch(ca, { resolve: `${NOTES_HOST}:${notesPort}:127.0.0.1` });
+    agent = Agent.init({ home: join(temp, "agent-home"), fetch, attestorUrl: trustUrl, directoryUrl }).agent;
+  });
+
+  after(async () => {
+    await launched.browser?.close();
+    await notes?.close();
+    await directory?.close();
+    await trust?.close();
+    await smtp?.close();
+    await fetch?.close();
+    if (temp) rmSync(temp, { recursive: true, force: true });
+  });
+
+  test("the service's discovery document: attested_only, our attestor, attestation and key rotation", async () => {
+    discovery = await discoverService(publicUrl, { fetch });
+    assert.equal(discovery.did, notes.serviceDid);
+    assert.equal(discovery.attestedOnly, true);
+    assert.deepEqual(discovery.document.billing, {
+      unclaimed_mode: "attested_only",
+      accepted_attestors: ["proto-trust"],
+    });
+    assert.deepEqual(discovery.document.features, ["attestation", "key_rotation"]);
+    assert.equal(discovery.document.endpoints.claim_page, `${publicUrl}/proto/claim`);
+    assert.equal(typeof discovery.document.endpoints.key_rotation, "string");
+  });
+
+  test("the agent links to our attestor (confirmed as a person with an e-mail address)", async () => {
+    const attestor = agent.attestor();
+    const request = await attestor.linkStart({ label: "notes story agent" });
+    const confirmed = await fetch(`${trustUrl}/__test/link/confirm`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ req_id: request.req_id, email: OWNER_EMAIL }),
+    });
+    assert.equal(confirmed.status, 200, await confirmed.clone().text());
+    const polled = await attestor.pollOnce(request.req_id);
+    assert.equal(polled.state, "confirmed");
+    assert.equal(attestor.binding()?.state, "active");
+  });
+
+  test("without an attestation the signup is refused (401 attestation_required) and no account exists", async () => {
+    // A client that signs but never attests (the SDK attests on its own for attested_only services).
+    const bare = new ServiceClient(
+      { ...discovery, attestedOnly: false },
+      { identity: agent.identity, fetch, retryWithAttestation: false },
+    );
+    const me = await bare.fetch(`${discovery.document.endpoints.accounts}/me`);
+    assert.equal(me.status, 401);
+    assert.equal(errorCode(await json(me)), "attestation_required");
+    const note = await bare.fetch("/notes", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ text: "never stored" }),
+    });
+    assert.equal(note.status, 401);
+    assert.equal(errorCode(await json(note)), "attestation_required");
+    assert.equal(await notes.kit.store.findAccountByDid(agent.did), undefined, "nothing was stored");
+  });
+
+  test("with an attestation the agent signs up: a new account, UNCLAIMED, attested by e-mail", async () => {
+    client = await agent.service(publicUrl);
+    const signup = await client.fetch(discovery.document.endpoints.accounts, { method: "POST" });
+    // 201, not 200: the refused attempts above left no account behind.
+    assert.equal(signup.status, 201);
+    const { account } = await json(signup);
+    assert.equal(account.did, agent.did);
+    assert.equal(account.state, "UNCLAIMED");
+    assert.equal(account.attested.issuer, "proto-trust");
+    assert.equal(account.attested.verification, "email");
+  });
+
+  test("the agent writes a note and reads it back; a note longer than 2,000 characters is refused", async () => {
+    const written = await client.fetch("/notes", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ text: NOTE }),
+    });
+    assert.equal(written.status, 201);
+    const { note } = await json(written);
+    assert.equal(note.text, NOTE);
+    assert.match(note.id, /^note_/);
+
+    const long = await client.fetch("/notes", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ text: "n".repeat(MAX_NOTE_LENGTH + 1) }),
+    });
+    assert.equal(long.status, 400);
+    assert.equal(errorCode(await json(long)), "notes_invalid_text");
+
+    const read = await client.fetch("/notes");
+    assert.equal(read.status, 200);
+    assert.deepEqual(
+      (await json(read)).notes.map((n: { text: string }) => n.text),
+      [NOTE],
+    );
+  });
+
+  test("the agent invites its owner: the person its attestations name at our attestor", async () => {
+    const { jwt } = await agent.attestor().token(notes.serviceDid);
+    const payload = JSON.parse(Buffer.from(jwt.split(".")[1] ?? "", "base64url").toString("utf8"));
+    subH = payload.sub_h;
+    assert.equal(typeof subH, "string");
+    const invitationPath = discovery.document.endpoints.owner_invitation;
+    const invite = (recipient: unknown) =>
+      client.fetch(invitationPath, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ recipient }),
+      });
+
+    // The attestor proves who signs in (a pairwise subject), never an e-mail address: this
+    // service cannot check an e-mail recipient, so it does not take one.
+    const byEmail = await invite({ type: "email", value: OWNER_EMAIL });
+    assert.equal(byEmail.status, 400);
+    assert.equal(errorCode(await json(byEmail)), "unsupported_recipient_type");
+
+    const staged = await invite({ type: "oidc", value: { issuer: trustUrl, sub: subH } });
+    assert.equal(staged.status, 201);
+    const { invitation, account } = await json(staged);
+    assert.deepEqual(invitation.recipient, { type: "oidc", value: { issuer: "proto-trust", sub: subH } });
+    assert.equal(account.state, "INVITED");
+    claimUrl = invitation.claim_url;
+    assert.ok(claimUrl.startsWith(`${publicUrl}/proto/claim?token=`), claimUrl);
+  });
+
+  describe("the owner, in a real browser", { skip: launched.skip }, () => {
+    let context: BrowserContext;
+    let page: Page;
+    const requested: string[] = [];
+    const dialogs: string[] = [];
+    const cspViolations: string[] = [];
+    const notesPages: { url: string; headers: Record<string, string> }[] = [];
+
+    before(async () => {
+      const browser = launched.browser as Browser;
+      context = await browser.newContext({ ignoreHTTPSErrors: true });
+      context.on("request", (request) => requested.push(request.url()));
+      context.on("response", (response) => {
+        const url = response.url();
+        if (url.startsWith(publicUrl) && (response.headers()["content-type"] ?? "").startsWith("text/html")) {
+          notesPages.push({ url, headers: response.headers() });
+        }
+      });
+      context.on("console", (message) => {
+        if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
+      });
+      page = await context.newPage();
+      page.on("dialog", (dialog) => {
+        dialogs.push(dialog.message());
+        void dialog.dismiss();
+      });
+    });
+
+    after(async () => {
+      await context?.close();
+    });
+
+    test("claims the agent: claim link, sign-in at the attestor by the mailed link, claim", async () => {
+      await page.goto(claimUrl);
+      await page.getByRole("heading", { name: "Claim your agent" }).waitFor();
+      assert.ok((await page.locator("main, body").first().textContent())?.includes(agent.did));
+
+      // Not signed in here: the page offers the attestor, which asks the person to sign in.
+      await page.getByRole("link", { name: /^Sign in with/ }).click();
+      await page.waitForURL((url) => url.origin === trustUrl && url.pathname === "/signin");
+      await page.getByLabel("E-mail address").fill(OWNER_EMAIL);
+      await page.getByRole("button", { name: "E-mail me a sign-in link" }).click();
+      await page.getByRole("heading", { name: "Check your e-mail" }).waitFor();
+
+      // The link arrives by mail; opening it shows a button, pressing it signs in and goes on to
+      // the notes service, which lands the person back on the claim page.
+      const link = magicLinkOf(await smtp.nextMailTo(OWNER_EMAIL));
+      await page.goto(link);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.waitForURL((url) => url.href === claimUrl);
+      await page.getByRole("button", { name: "Claim this agent" }).click();
+      await page.getByRole("heading", { name: "Agent claimed" }).waitFor();
+      claimed = true;
+
+      const me = await client.fetch(`${discovery.document.endpoints.accounts}/me`);
+      const { account } = await json(me);
+      assert.equal(account.state, "CLAIMED");
+      assert.deepEqual(account.owner.recipient, { type: "oidc", value: { issuer: "proto-trust", sub: subH } });
+    });
+
+    test("reads the agent's note on the owner page, as text, and signs out", async () => {
+      await page.goto(`${publicUrl}/owner`);
+      const section = page.getByRole("region", { name: `Agent ${agent.did}` });
+      await section.waitFor();
+      assert.equal(await section.locator(".text").textContent(), NOTE);
+      assert.equal(await page.locator("img").count(), 0, "the markup in the note stayed text");
+      assert.deepEqual(dialogs, []);
+
+      // Signing out ends the owner session: the page offers the sign-in again.
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.getByRole("link", { name: /^Sign in with/ }).waitFor();
+      assert.equal(
+        (await context.cookies(publicUrl)).find((c) => c.name === "proto_owner"),
+        undefined,
+      );
+    });
+
+    test("every page of the notes service has a strict CSP; nothing was loaded from elsewhere", () => {
+      const paths = new Set(notesPages.map((p) => new URL(p.url).pathname));
+      for (const path of ["/proto/claim", "/proto/v1/claim", "/owner"]) assert.ok(paths.has(path), `visited ${path}`);
+      for (const { url, headers } of notesPages) {
+        assert.match(headers["content-security-policy"] ?? "", /(^|;\s*)default-src 'none'(;|$)/, url);
+        assert.equal(headers["x-content-type-options"], "nosniff", url);
+      }
+      const elsewhere = requested.filter((url) => ![publicUrl, trustUrl].includes(new URL(url).origin));
+      assert.deepEqual(elsewhere, []);
+      assert.deepEqual(cspViolations, []);
+    });
+  });
+
+  test("after the claim, the agent's own key rotation is refused: 403 owner_binding_blocked", {
+    skip: launched.skip,
+  }, async () => {
+    assert.ok(claimed, "the owner claimed the agent");
+    const rotation = await client.fetch(discovery.document.endpoints.key_rotation ?? "", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ new_account_did: AgentIdentity.generate().did }),
+    });
+    assert.equal(rotation.status, 403);
+    assert.equal(errorCode(await json(rotation)), "owner_binding_blocked");
+  });
+
+  test("the service lists itself in our directory (proof served by the service) and is found by search", async () => {
+    const operator = new DirectoryClient({ url: directoryUrl, fetch });
+    const result = await operator.register({
+      discoveryUrl: `${publicUrl}/.well-known/proto`,
+      title: "Notes for agents",
+      description: "Agents keep short notes; their owners read them.",
+      tags: ["notes", "example"],
+      publish: (challenge) => {
+        writeProofFile(proofDir, challenge.challenge_token);
+      },
+    });
+    assert.equal(result.created, true);
+    assert.equal(result.session.service_did, notes.serviceDid);
+
+    const found = await fetch(`${directoryUrl}/v1/listings?search=notes`);
+    assert.equal(found.status, 200);
+    const { listings } = (await found.json()) as {
+      listings: { service_did: string; status: string; discovery_url: string; discovery_doc: unknown }[];
+    };
+    const listing = listings.find((l) => l.service_did === notes.serviceDid);
+    assert.ok(listing, JSON.stringify(listings));
+    assert.equal(listing.status, "active");
+    assert.equal(listing.discovery_url, `${publicUrl}/.well-known/proto`);
+    assert.deepEqual(listing.discovery_doc, discovery.document);
+  });
+});
