@@ -8,10 +8,12 @@ import { readTrustConfig } from "./trust/config.js";
 const USAGE = `usage: proto-server <command> [options]
 
 commands:
-  directory [--port N] [--host ADDR]       the listing directory (default port 8080)
+  directory [--port N] [--host ADDR] [--mirror-of URL]
+                                           the listing directory (default port 8080); with
+                                           --mirror-of, a read-only mirror of the directory at URL
   trust [--port N] [--host ADDR]           the trust attestor (default port 8081)
   trust rotate-keys                        start a signing-key rotation now and exit
-  all [--directory-port N] [--trust-port N] [--host ADDR]
+  all [--directory-port N] [--trust-port N] [--host ADDR] [--mirror-of URL]
                                            both services (directory 8080, attestor 8081)
 
 Configuration comes from the environment; see the README.`;
@@ -30,8 +32,10 @@ function port(value: string | undefined, fallback: number): number {
 
 class UsageError extends Error {}
 
-async function startDirectory(listenPort: number, host: string): Promise<Running> {
-  const directory = await buildDirectoryApp(readDirectoryConfig());
+/** `--mirror-of URL` is `DIRECTORY_MIRROR_OF=URL`, checked by the same rules. */
+async function startDirectory(listenPort: number, host: string, mirrorOf: string | undefined): Promise<Running> {
+  const env = mirrorOf === undefined ? process.env : { ...process.env, DIRECTORY_MIRROR_OF: mirrorOf };
+  const directory = await buildDirectoryApp(readDirectoryConfig(env));
   await directory.app.listen({ port: listenPort, host });
   return { name: "directory", close: directory.close };
 }
@@ -68,6 +72,7 @@ function parseOptions(args: string[]) {
         "directory-port": { type: "string" },
         "trust-port": { type: "string" },
         host: { type: "string", default: "0.0.0.0" },
+        "mirror-of": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -90,16 +95,20 @@ async function main(argv: string[]): Promise<void> {
     return;
   }
   const host = values.host ?? "0.0.0.0";
+  const mirrorOf = values["mirror-of"];
+  if (mirrorOf !== undefined && command !== "directory" && command !== "all") {
+    throw new UsageError("--mirror-of applies to the directory only");
+  }
   const running: Running[] = [];
   switch (command) {
     case "directory":
-      running.push(await startDirectory(port(values.port, 8080), host));
+      running.push(await startDirectory(port(values.port, 8080), host, mirrorOf));
       break;
     case "trust":
       running.push(await startTrust(port(values.port, 8081), host));
       break;
     case "all":
-      running.push(await startDirectory(port(values["directory-port"], 8080), host));
+      running.push(await startDirectory(port(values["directory-port"], 8080), host, mirrorOf));
       running.push(await startTrust(port(values["trust-port"], 8081), host));
       break;
     default:

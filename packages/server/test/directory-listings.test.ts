@@ -1237,7 +1237,9 @@ for (const variant of STORE_VARIANTS) {
           ["POST", "/v1/listings/did:web:x.test"],
           ["GET", "/v2/listings"],
           ["DELETE", "/v1/listings"],
-          ["GET", "/"],
+          // `GET /` is the browse page (issue 9); other methods there, and other paths, are not routes.
+          ["POST", "/"],
+          ["GET", "/nope"],
         ];
         for (const [method, path] of cases) {
           assertError(

@@ -20,7 +20,8 @@ reportSkippedVariants();
 
 /** Raised so that the many reads and registrations of these suites never meet the rate limiter. */
 const GENEROUS_LIMITS = {
-  DIRECTORY_RATE_LIMITS: "challenge=100000/60,create=100000/60,write=100000/60,read=100000/60,sitemap=100000/60",
+  DIRECTORY_RATE_LIMITS:
+    "challenge=100000/60,create=100000/60,write=100000/60,read=100000/60,sitemap=100000/60,pages=100000/60",
 };
 
 const LIST_CACHE = "public, max-age=30, s-maxage=120";
@@ -745,7 +746,7 @@ for (const variant of STORE_VARIANTS) {
       assert.ok(!dids(await listAll(h)).includes(did));
     });
 
-    test("the sitemap is application/xml, a sitemaps.org urlset with one escaped <loc> per active listing", async () => {
+    test("the sitemap is application/xml, a sitemaps.org urlset with one escaped <loc> per active listing's page", async () => {
       const activeOne = await h.register(undefined, { title: "In the sitemap" });
       const activeTwo = await h.register();
       const stale = await h.register(undefined, { title: "Stale, not in the sitemap" });
@@ -777,15 +778,22 @@ for (const variant of STORE_VARIANTS) {
       const active = dids(await listAll(h, { status: "active" }));
       assert.ok(active.includes(activeOne.did) && active.includes(activeTwo.did));
       assert.equal(locs.length, active.length);
+      // Each location is the listing's page for people (issue 9): /listings/{encoded DID}.
+      const pageOf = (did: string) => `${publicUrl}/listings/${encodeURIComponent(did)}`;
       const locDids = locs.map((loc) => {
-        assert.ok(loc.startsWith(`${publicUrl}/`), loc);
         assert.doesNotThrow(() => new URL(loc));
-        const did = active.find((d) => decodeURIComponent(loc).endsWith(d) || loc.endsWith(encodeURIComponent(d)));
-        assert.ok(did !== undefined, `${loc} names no active listing`);
+        const did = active.find((d) => loc === pageOf(d));
+        assert.ok(did !== undefined, `${loc} is not the page of an active listing`);
         return did;
       });
       assert.deepEqual(sorted(locDids), sorted(active));
       assert.ok(!locDids.includes(stale.did) && !locDids.includes(deleted.did));
+      // And each opens that listing's page (the harness serves the public URL's paths at its root).
+      for (const loc of locs) {
+        const page = await h.request("GET", loc.slice(publicUrl.length));
+        assert.equal(page.status, 200, loc);
+        assert.match(page.headers.get("content-type") ?? "", /^text\/html/, loc);
+      }
     });
 
     test("GET /schemas/discovery-0.1.json serves the discovery JSON Schema (2020-12)", async () => {

@@ -3,17 +3,24 @@ import type { Clock } from "../platform/clock.js";
 import { openDatabase } from "../platform/database.js";
 import { registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
+import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
+import { registerOpenApi } from "../platform/openapi.js";
 import { createSafeFetcher } from "../platform/safe-fetch.js";
 import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { DirectoryConfig } from "./config.js";
+import { instrumentMirror, instrumentRevalidation } from "./metrics.js";
 import { type DirectorySchema, directoryMigrations } from "./migrations.js";
-import { directoryRoutes } from "./routes.js";
+import { DirectoryMirror, type MirrorFetch, registerMirrorSyncHook, registerReadOnlyGuard } from "./mirror.js";
+import { directoryPages } from "./pages/plugin.js";
+import { DIRECTORY_OPENAPI, directoryRoutes } from "./routes.js";
 import { DirectoryService } from "./service.js";
 
 export interface DirectoryApp {
   app: FastifyInstance;
   service: DirectoryService;
+  /** In mirror mode (`DIRECTORY_MIRROR_OF`): the sync, and its `status()` for metrics. */
+  mirror: DirectoryMirror | undefined;
   /** Stops the scheduler, drains requests, closes the stores. */
   close(): Promise<void>;
 }
@@ -26,15 +33,19 @@ export interface DirectoryAppOptions {
   fetchCa?: string;
   /** Redis key prefix (default `proto:dir:`). */
   redisPrefix?: string;
+  /** What mirror mode fetches the upstream with (tests count and break requests); `fetch` by default. */
+  mirrorFetch?: MirrorFetch;
 }
 
 export async function buildDirectoryApp(
   config: DirectoryConfig,
   options: DirectoryAppOptions = {},
 ): Promise<DirectoryApp> {
+  const metrics = new ServiceMetrics("directory");
   const parts = createPlatformParts(config.platform, {
     redisPrefix: options.redisPrefix ?? "proto:dir:",
     ...(options.clock ? { clock: options.clock } : {}),
+    onRateLimited: (rule) => metrics.rateLimited(rule.name),
   });
   const database = await openDatabase<DirectorySchema>(config.databaseUrl, {
     migrations: directoryMigrations,
@@ -46,13 +57,41 @@ export async function buildDirectoryApp(
     ...(options.fetchCa ? { ca: options.fetchCa } : {}),
   });
   const service = new DirectoryService({ database, clock: parts.clock, fetcher, settings: config.settings });
+  instrumentRevalidation(service, metrics);
   const app = createHttpServer({
     logLevel: config.platform.logLevel,
     trustedProxyHops: config.platform.trustedProxyHops,
     ...(options.logStream ? { logStream: options.logStream } : {}),
+    metrics,
   });
-  const readiness = { accepting: true, check: () => database.ping() };
+  await registerOpenApi(app, { ...DIRECTORY_OPENAPI, publicUrl: config.publicUrl });
+  registerMetricsRoute(app, metrics, config.platform.metricsToken);
+  let mirror: DirectoryMirror | undefined;
+  if (config.mirror !== undefined) {
+    mirror = new DirectoryMirror({
+      database,
+      clock: parts.clock,
+      settings: config.mirror,
+      revalidationIntervalSeconds: config.settings.revalidation.intervalSeconds,
+      log: app.log,
+      ...(options.mirrorFetch ? { fetch: options.mirrorFetch } : {}),
+    });
+    try {
+      await mirror.open();
+    } catch (error) {
+      await database.close();
+      await parts.close();
+      throw error;
+    }
+    instrumentMirror(mirror, metrics);
+  }
+  const readiness = {
+    accepting: true,
+    check: () => database.ping(),
+    ...(mirror ? { extra: () => mirror.readiness() } : {}),
+  };
   registerHealthRoutes(app, readiness);
+  if (mirror) registerReadOnlyGuard(app, mirror.upstream);
   await app.register(directoryRoutes, {
     service,
     limiter: parts.limiter,
@@ -60,14 +99,23 @@ export async function buildDirectoryApp(
     publicUrl: config.publicUrl,
     adminToken: config.adminToken,
   });
+  await app.register(directoryPages, {
+    service,
+    limiter: parts.limiter,
+    settings: config.settings,
+    publicUrl: config.publicUrl,
+  });
   if (parts.testClock !== undefined) {
     registerClockHook(app, parts.testClock);
-    app.post("/__test/revalidate", async () => service.revalidateDue());
+    if (mirror) registerMirrorSyncHook(app, mirror);
+    else app.post("/__test/revalidate", async () => service.revalidateDue());
   }
 
   let timer: NodeJS.Timeout | undefined;
   const tick = config.settings.revalidation.tickSeconds;
-  if (tick > 0) {
+  // A mirror takes the upstream's outcomes as they are: it revalidates nothing itself.
+  mirror?.start();
+  if (tick > 0 && mirror === undefined) {
     timer = setInterval(() => {
       service
         .revalidateDue()
@@ -83,9 +131,12 @@ export async function buildDirectoryApp(
   return {
     app,
     service,
+    mirror,
     async close() {
       readiness.accepting = false;
       if (timer !== undefined) clearInterval(timer);
+      // First, so a test hook waiting on a pass answers and draining does not wait on the upstream.
+      await mirror?.stop();
       await app.close();
       await service.idle();
       await database.close();

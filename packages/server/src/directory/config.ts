@@ -1,5 +1,6 @@
-import { type PlatformConfig, readDatabaseUrl, readPlatformConfig } from "../platform/config.js";
+import { type PlatformConfig, readDatabaseUrl, readOperatorToken, readPlatformConfig } from "../platform/config.js";
 import { type Env, EnvReader as Reader, readLimitOverrides } from "../platform/env.js";
+import { DEFAULT_MIRROR_SETTINGS, type MirrorSettings } from "./mirror.js";
 import { DEFAULT_DIRECTORY_SETTINGS, type DirectorySettings } from "./settings.js";
 
 export interface DirectoryConfig {
@@ -8,6 +9,36 @@ export interface DirectoryConfig {
   databaseUrl: string;
   adminToken: string | undefined;
   settings: DirectorySettings;
+  /** Mirror mode: a read-only copy of the directory at `DIRECTORY_MIRROR_OF`. */
+  mirror: MirrorSettings | undefined;
+}
+
+/**
+ * `DIRECTORY_MIRROR_OF` (`--mirror-of`) and its tuning: the upstream's registry URL (its API is
+ * under `/v1`; a trailing `/v1` is accepted and dropped). Https in production.
+ */
+function readMirrorSettings(reader: Reader, platform: PlatformConfig, publicUrl: string): MirrorSettings | undefined {
+  const raw = reader.string("DIRECTORY_MIRROR_OF");
+  if (raw === undefined) return undefined;
+  const upstream = reader.baseUrl("DIRECTORY_MIRROR_OF", raw).replace(/\/v1$/, "");
+  if (platform.production && !upstream.startsWith("https://")) {
+    reader.problem("DIRECTORY_MIRROR_OF must be https when NODE_ENV=production");
+  }
+  if (upstream === publicUrl) reader.problem("DIRECTORY_MIRROR_OF names this directory's own DIRECTORY_PUBLIC_URL");
+  const defaults = DEFAULT_MIRROR_SETTINGS;
+  const pollSeconds = reader.integer("DIRECTORY_MIRROR_POLL_SECONDS", defaults.pollSeconds, 0, 86400);
+  if (pollSeconds === 0 && !platform.testHooks) {
+    reader.problem("DIRECTORY_MIRROR_POLL_SECONDS=0 (sync only through the test hook) needs PROTO_TEST_HOOKS=1");
+  }
+  return {
+    upstream,
+    pollSeconds,
+    pageSize: reader.integer("DIRECTORY_MIRROR_PAGE_SIZE", defaults.pageSize, 1, 100),
+    timeoutSeconds: reader.integer("DIRECTORY_MIRROR_TIMEOUT_SECONDS", defaults.timeoutSeconds, 1, 600),
+    maxBackoffSeconds: reader.integer("DIRECTORY_MIRROR_MAX_BACKOFF_SECONDS", defaults.maxBackoffSeconds, 5, 86400),
+    lookbackSeconds: reader.integer("DIRECTORY_MIRROR_LOOKBACK_SECONDS", defaults.lookbackSeconds, 0, 86400),
+    maxPageBytes: defaults.maxPageBytes,
+  };
 }
 
 export function readDirectoryConfig(env: Env = process.env, platform?: PlatformConfig): DirectoryConfig {
@@ -18,10 +49,7 @@ export function readDirectoryConfig(env: Env = process.env, platform?: PlatformC
   if (base.production && !publicUrl.startsWith("https://")) {
     reader.problem("DIRECTORY_PUBLIC_URL must be https when NODE_ENV=production");
   }
-  const adminToken = reader.string("DIRECTORY_ADMIN_TOKEN");
-  if (adminToken !== undefined && adminToken.length < 16) {
-    reader.problem("DIRECTORY_ADMIN_TOKEN must be at least 16 characters");
-  }
+  const adminToken = readOperatorToken(reader, "DIRECTORY_ADMIN_TOKEN");
   const settings: DirectorySettings = {
     challengeTtlSeconds: reader.integer("DIRECTORY_CHALLENGE_TTL_SECONDS", defaults.challengeTtlSeconds, 60, 86400),
     sessionTtlSeconds: reader.integer("DIRECTORY_SESSION_TTL_SECONDS", defaults.sessionTtlSeconds, 60, 90 * 86400),
@@ -57,9 +85,10 @@ export function readDirectoryConfig(env: Env = process.env, platform?: PlatformC
   const config: DirectoryConfig = {
     platform: base,
     publicUrl,
-    databaseUrl: readDatabaseUrl(reader, "DIRECTORY_DATABASE_URL", "sqlite:./data/directory.db"),
+    databaseUrl: readDatabaseUrl(reader, "DIRECTORY_DATABASE_URL", "sqlite:./data/directory.db", base.production),
     adminToken,
     settings,
+    mirror: readMirrorSettings(reader, base, publicUrl),
   };
   reader.finish();
   return config;

@@ -146,6 +146,15 @@ function searchIndexes(engine: Engine): Migration {
             (updated_at, service_did, status, title, description, ${SQLITE_FOLDS_TO_ASCII})`,
         )
         .execute(db);
+      // Keys by id, to sort candidate ids into list order without reading their rows.
+      await sql.raw("create index dir_listings_keys on dir_listings (id, status, updated_at, service_did)").execute(db);
+      // The tag index in list order, covering what a walk along it reads (it replaces the 0001 one).
+      await sql
+        .raw(
+          "create index dir_listing_tags_list on dir_listing_tags (tag, updated_at, service_did, status, listing_id)",
+        )
+        .execute(db);
+      await sql.raw("drop index dir_listing_tags_order").execute(db);
       for (const column of ["title", "description"]) {
         await sql
           .raw(`create index dir_listings_${column}_end2 on dir_listings (lower(substr(${column}, -2)))`)
@@ -159,8 +168,38 @@ function searchIndexes(engine: Engine): Migration {
   };
 }
 
+/**
+ * Mirror mode's own state (see mirror.ts): one row, the upstream and how far its changes are
+ * applied. A primary directory never writes it.
+ */
+function mirrorState(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql
+        .raw(`create table dir_mirror_state (
+          id integer primary key check (id = 1),
+          upstream text not null,
+          position_updated_at ${bigint},
+          position_service_did text,
+          pass_since ${bigint},
+          pass_cursor text,
+          pass_started_at ${bigint},
+          synced_at ${bigint},
+          lease_owner text,
+          lease_until ${bigint}
+        )`)
+        .execute(db);
+    },
+  };
+}
+
 export function directoryMigrations(engine: Engine): Record<string, Migration> {
-  return { "0001_initial": initial(engine), "0002_search_indexes": searchIndexes(engine) };
+  return {
+    "0001_initial": initial(engine),
+    "0002_search_indexes": searchIndexes(engine),
+    "0003_mirror": mirrorState(engine),
+  };
 }
 
 export interface ListingTable {

@@ -2,6 +2,7 @@ import { DISCOVERY_SCHEMA } from "@proto/protocol";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, invalidRequest } from "../platform/errors.js";
 import { rateLimitHook } from "../platform/http.js";
+import { ERROR_ENVELOPE, type OpenApiOptions } from "../platform/openapi.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
 import { constantTimeEqual } from "../platform/tokens.js";
 import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
@@ -18,6 +19,66 @@ export interface DirectoryRoutesOptions {
   publicUrl: string;
   adminToken: string | undefined;
 }
+
+/** The directory's OpenAPI document: everything but the server URL. */
+export const DIRECTORY_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
+  title: "proto listing directory",
+  description:
+    "Services prove control of their host and list themselves; anyone reads and mirrors the listings (spec `directory.md`). Errors use the envelope `{ error: { code, message } }`.",
+  version: "0.1",
+  tags: [
+    { name: "listings", description: "Challenge, register, update, withdraw and read listings." },
+    { name: "discovery", description: "The sitemap and the published discovery document schema." },
+    { name: "pages", description: "Pages for people." },
+    { name: "operations", description: "Health, readiness and the admin API." },
+  ],
+  securitySchemes: {
+    sessionToken: { type: "http", scheme: "bearer", description: "The listing's session token (`sess_…`)." },
+    adminToken: { type: "http", scheme: "bearer", description: "DIRECTORY_ADMIN_TOKEN." },
+  },
+  defaultTag: "pages",
+};
+
+const isoTime = { type: "string", format: "date-time" } as const;
+
+const challengeIssued = {
+  description: "Publish challenge_token at proof_url, then submit the listing.",
+  type: "object",
+  required: ["challenge_token", "proof_url", "expires_at"],
+  properties: { challenge_token: { type: "string" }, proof_url: { type: "string" }, expires_at: isoTime },
+} as const;
+
+const sessionIssued = {
+  type: "object",
+  required: ["service_did", "session_token", "expires_at"],
+  properties: { service_did: { type: "string" }, session_token: { type: "string" }, expires_at: isoTime },
+} as const;
+
+const listing = {
+  description: "A listing.",
+  type: "object",
+  required: ["service_did", "discovery_url", "status", "updated_at"],
+  properties: {
+    service_did: { type: "string" },
+    discovery_url: { type: "string" },
+    discovery_doc: { type: "object", additionalProperties: true },
+    fetched_at: isoTime,
+    first_listed_at: isoTime,
+    updated_at: isoTime,
+    status: { type: "string", enum: LISTING_STATUSES },
+    tags: { type: "array", items: { type: "string" } },
+    title: { type: "string" },
+    description: { type: "string" },
+    _meta: { type: "object", additionalProperties: true },
+  },
+} as const;
+
+const listingPage = {
+  description: "One page of listings; next_cursor is null on the last page.",
+  type: "object",
+  required: ["listings", "next_cursor"],
+  properties: { listings: { type: "array", items: listing }, next_cursor: { type: ["string", "null"] } },
+} as const;
 
 const LIST_CACHE = "public, max-age=30, s-maxage=120";
 const ITEM_CACHE = "public, max-age=60, s-maxage=300";
@@ -121,7 +182,12 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
   app.post<{ Body: { discovery_url: string } }>(
     "/v1/listings/challenge",
     {
-      schema: { body: challengeBody },
+      schema: {
+        summary: "Request a challenge",
+        tags: ["listings"],
+        body: challengeBody,
+        response: { 200: challengeIssued, "4xx": ERROR_ENVELOPE },
+      },
       onRequest: rateLimitHook(limiter, limits.challenge),
     },
     async (request) => service.issueChallenge(request.body.discovery_url),
@@ -129,7 +195,21 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
 
   app.post<{ Body: Submission }>(
     "/v1/listings",
-    { schema: { body: submitBody }, onRequest: rateLimitHook(limiter, limits.create) },
+    {
+      schema: {
+        summary: "Create or re-register a listing",
+        description:
+          "Consumes the challenge, fetches the proof and the discovery document. 201 for a new listing, 200 on the re-challenge path (earlier sessions revoked).",
+        tags: ["listings"],
+        body: submitBody,
+        response: {
+          200: { description: "Re-registered: a new session.", ...sessionIssued },
+          201: { description: "Listed: the session token for later updates.", ...sessionIssued },
+          "4xx": ERROR_ENVELOPE,
+        },
+      },
+      onRequest: rateLimitHook(limiter, limits.create),
+    },
     async (request, reply) => {
       const { created, session } = await service.submit(request.body);
       return reply.code(created ? 201 : 200).send(session);
@@ -139,7 +219,14 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
   app.patch<{ Params: { did: string }; Body: ListingPatch }>(
     "/v1/listings/:did",
     {
-      schema: { params: didParams, body: patchBody },
+      schema: {
+        summary: "Update a listing's title, description or tags",
+        tags: ["listings"],
+        security: [{ sessionToken: [] }],
+        params: didParams,
+        body: patchBody,
+        response: { 200: listing, "4xx": ERROR_ENVELOPE },
+      },
       onRequest: rateLimitHook(limiter, limits.write),
       // Credentials are judged before the body, so a caller without them learns nothing more.
       preValidation: async (request: FastifyRequest<{ Params: { did: string } }>) => {
@@ -151,7 +238,16 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
 
   app.delete<{ Params: { did: string } }>(
     "/v1/listings/:did",
-    { schema: { params: didParams }, onRequest: rateLimitHook(limiter, limits.write) },
+    {
+      schema: {
+        summary: "Withdraw a listing (soft delete)",
+        tags: ["listings"],
+        security: [{ sessionToken: [] }],
+        params: didParams,
+        response: { 204: { description: "Withdrawn; the record stays with status deleted." }, "4xx": ERROR_ENVELOPE },
+      },
+      onRequest: rateLimitHook(limiter, limits.write),
+    },
     async (request, reply) => {
       await service.withdraw(request.params.did, bearerToken(request));
       return reply.code(204).send();
@@ -162,7 +258,13 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
   app.get<{ Querystring: ListQuery }>(
     "/v1/listings",
     {
-      schema: { querystring: listQuery },
+      schema: {
+        summary: "List listings",
+        description: "Ordered by updated_at, then service_did; the cursor is bound to the query's filters.",
+        tags: ["listings"],
+        querystring: listQuery,
+        response: { 200: listingPage, "4xx": ERROR_ENVELOPE },
+      },
       onRequest: async (request, reply) => {
         reply.header("access-control-allow-origin", "*");
         await readLimit(request);
@@ -192,7 +294,13 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
   app.get<{ Params: { did: string } }>(
     "/v1/listings/:did",
     {
-      schema: { params: didParams },
+      schema: {
+        summary: "Read one listing",
+        description: "A withdrawn listing still answers 200 with status deleted.",
+        tags: ["listings"],
+        params: didParams,
+        response: { 200: listing, "4xx": ERROR_ENVELOPE },
+      },
       onRequest: async (request, reply) => {
         reply.header("access-control-allow-origin", "*");
         await readLimit(request);
@@ -209,7 +317,17 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
     "/sitemap.xml",
     {
       schema: {
+        summary: "Sitemap of active listings",
+        description: "Past 50,000 listings, a sitemap index of `/sitemap.xml?page=N`.",
+        tags: ["discovery"],
         querystring: { type: "object", properties: { page: { type: "integer", minimum: 1, maximum: 100000 } } },
+        response: {
+          200: {
+            description: "A sitemap or sitemap index.",
+            content: { "application/xml": { schema: { type: "string" } } },
+          },
+          "4xx": ERROR_ENVELOPE,
+        },
       },
       onRequest: rateLimitHook(limiter, limits.sitemap),
     },
@@ -220,7 +338,17 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
     },
   );
 
-  app.get(DISCOVERY_SCHEMA_PATH, async (_request, reply) =>
+  const schemaDoc = {
+    summary: "The discovery document's JSON Schema",
+    tags: ["discovery"],
+    response: {
+      200: {
+        description: "JSON Schema.",
+        content: { "application/schema+json": { schema: { type: "object", additionalProperties: true } } },
+      },
+    },
+  };
+  app.get(DISCOVERY_SCHEMA_PATH, { schema: schemaDoc }, async (_request, reply) =>
     reply
       .header("access-control-allow-origin", "*")
       .header("cache-control", "public, max-age=86400")
@@ -228,7 +356,27 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
       .send(JSON.stringify(DISCOVERY_SCHEMA)),
   );
 
-  app.post("/admin/revalidate", async (request) => {
+  const revalidateDoc = {
+    summary: "Run one revalidation pass now",
+    description: "Needs DIRECTORY_ADMIN_TOKEN; 404 when it is not configured. Answers with the pass's counts.",
+    tags: ["operations"],
+    security: [{ adminToken: [] }],
+    response: {
+      200: {
+        description: "What the pass did.",
+        type: "object",
+        properties: {
+          checked: { type: "integer" },
+          succeeded: { type: "integer" },
+          failed: { type: "integer" },
+          became_stale: { type: "integer" },
+          deleted: { type: "integer" },
+        },
+      },
+      "4xx": ERROR_ENVELOPE,
+    },
+  };
+  app.post("/admin/revalidate", { schema: revalidateDoc }, async (request) => {
     const token = bearerToken(request);
     if (options.adminToken === undefined) throw new ApiError(404, "not_found", "the admin API is not configured");
     if (token === undefined || !constantTimeEqual(token, options.adminToken)) {

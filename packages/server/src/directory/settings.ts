@@ -19,6 +19,8 @@ export interface DirectorySettings {
     write: RateLimitRule;
     read: RateLimitRule;
     sitemap: RateLimitRule;
+    /** The browse pages for people (`/`, `/listings/{did}`). */
+    pages: RateLimitRule;
   };
 }
 
@@ -39,5 +41,6 @@ export const DEFAULT_DIRECTORY_SETTINGS: DirectorySettings = {
     write: { name: "dir.write", limit: 30, windowSeconds: 60 },
     read: { name: "dir.read", limit: 600, windowSeconds: 60 },
     sitemap: { name: "dir.sitemap", limit: 60, windowSeconds: 60 },
+    pages: { name: "dir.pages", limit: 120, windowSeconds: 60 },
   },
 };

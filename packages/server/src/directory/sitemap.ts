@@ -1,3 +1,4 @@
+import { listingPagePath } from "./pages/paths.js";
 import type { DirectoryService } from "./service.js";
 
 /** The sitemap protocol's limit of URLs per file. */
@@ -10,12 +11,13 @@ function escapeXml(value: string): string {
   );
 }
 
-export function listingUrl(publicUrl: string, serviceDid: string): string {
-  return `${publicUrl}/v1/listings/${encodeURIComponent(serviceDid)}`;
+/** A listing's page for people (the JSON is one link away from it). */
+export function listingPageUrl(publicUrl: string, serviceDid: string): string {
+  return `${publicUrl}${listingPagePath(serviceDid)}`;
 }
 
 /**
- * `/sitemap.xml`: a urlset of active listings, or, past 50,000 of them, a sitemap index whose
+ * `/sitemap.xml`: a urlset of the pages of active listings, or, past 50,000 of them, a sitemap index whose
  * parts are `/sitemap.xml?page=N`. Undefined for a page that does not exist.
  */
 export async function renderSitemap(
@@ -38,7 +40,7 @@ export async function renderSitemap(
   const rows = await service.sitemapPage(index * SITEMAP_PAGE_SIZE, SITEMAP_PAGE_SIZE);
   const urls = rows.map(
     (row) =>
-      `  <url><loc>${escapeXml(listingUrl(publicUrl, row.service_did))}</loc><lastmod>${new Date(row.updated_at).toISOString()}</lastmod></url>\n`,
+      `  <url><loc>${escapeXml(listingPageUrl(publicUrl, row.service_did))}</loc><lastmod>${new Date(row.updated_at).toISOString()}</lastmod></url>\n`,
   );
   return `${head}<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n${urls.join("")}</urlset>\n`;
 }

@@ -13,6 +13,26 @@ export interface PlatformConfig {
   /** `PROTO_TEST_HOOKS=1`: the `/__test/*` routes exist (never in production). */
   testHooks: boolean;
   fetch: { allowPrivate: boolean; resolve: ReadonlyMap<string, string> };
+  /** `METRICS_TOKEN`: the bearer secret of `GET /metrics`; unset, the route does not exist. */
+  metricsToken: string | undefined;
+}
+
+/** Shortest bearer secret accepted for the operator routes (`/metrics`, the directory's admin API). */
+export const MIN_OPERATOR_TOKEN_LENGTH = 16;
+
+/**
+ * An operator's bearer secret: unset, or 16 to 512 printable ASCII characters without spaces
+ * (what an `Authorization: Bearer` header can carry). Problems never quote the value.
+ */
+export function readOperatorToken(reader: EnvReader, name: string): string | undefined {
+  const value = reader.string(name);
+  if (value === undefined) return undefined;
+  if (value.length < MIN_OPERATOR_TOKEN_LENGTH) {
+    reader.problem(`${name} must be at least ${MIN_OPERATOR_TOKEN_LENGTH} characters`);
+  } else if (!/^[\x21-\x7e]{1,512}$/.test(value)) {
+    reader.problem(`${name} must be at most 512 printable ASCII characters, without spaces`);
+  }
+  return value;
 }
 
 export function readPlatformConfig(reader: EnvReader): PlatformConfig {
@@ -41,15 +61,24 @@ export function readPlatformConfig(reader: EnvReader): PlatformConfig {
     trustedProxyHops: reader.integer("TRUSTED_PROXY_HOPS", 0, 0, 16),
     testHooks,
     fetch: { allowPrivate, resolve },
+    metricsToken: readOperatorToken(reader, "METRICS_TOKEN"),
   };
 }
 
-/** A database URL: `sqlite:PATH`, `sqlite::memory:` or `postgres://...`. */
-export function readDatabaseUrl(reader: EnvReader, name: string, fallback: string): string {
+/**
+ * A database URL: `sqlite:PATH`, `sqlite::memory:` or `postgres://...`. In production an
+ * in-memory database is refused: every restart would lose the data (and the attestor its keys).
+ */
+export function readDatabaseUrl(reader: EnvReader, name: string, fallback: string, production = false): string {
   const value = reader.string(name) ?? fallback;
   if (!/^(sqlite:.+|postgres(ql)?:\/\/.+)$/.test(value)) {
     reader.problem(`${name} must be sqlite:PATH, sqlite::memory: or postgres://... (got ${JSON.stringify(value)})`);
     return fallback;
+  }
+  if (production && value === "sqlite::memory:") {
+    reader.problem(
+      `${name} must not be sqlite::memory: when NODE_ENV=production (the data would not survive a restart)`,
+    );
   }
   return value;
 }

@@ -92,6 +92,42 @@ export function engineOf(url: string): Engine {
   return url.startsWith("sqlite:") ? "sqlite" : "postgres";
 }
 
+/** A read-only statement run at once, returning its rows. */
+export type SyncReader = (sql: string, parameters: readonly unknown[]) => unknown[];
+
+const syncReaders = new WeakMap<object, SyncReader>();
+
+/**
+ * For a SQLite database in a file, a synchronous reader on a read-only connection of its own,
+ * registered for the `Kysely` instance `db` (not for its transactions). That connection sees
+ * committed data only, as a new read on the main connection would once its turn came, but it
+ * neither queues behind transactions in progress nor pays the query builder and driver's promise
+ * chain: hot single-row reads use it. Undefined for PostgreSQL, in-memory SQLite and transactions.
+ */
+export function syncReader(db: object): SyncReader | undefined {
+  return syncReaders.get(db);
+}
+
+function openSqliteReader(path: string): { read: SyncReader; close(): void } {
+  const raw = new BetterSqlite3(resolve(path), { readonly: true, fileMustExist: true });
+  raw.pragma("busy_timeout = 5000");
+  raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
+  raw.pragma("cache_size = -16384");
+  const statements = new Map<string, BetterSqlite3.Statement>();
+  return {
+    read(source, parameters) {
+      let statement = statements.get(source);
+      if (statement === undefined) {
+        statement = raw.prepare(source);
+        if (statements.size >= 100) statements.clear();
+        statements.set(source, statement);
+      }
+      return statement.all(...parameters);
+    },
+    close: () => raw.close(),
+  };
+}
+
 export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions): Promise<Database<DB>> {
   const engine = engineOf(url);
   const opened =
@@ -109,6 +145,9 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
     await db.destroy();
     throw error instanceof Error ? error : new Error(String(error));
   }
+  const path = url.slice("sqlite:".length);
+  const reader = engine === "sqlite" && path !== ":memory:" ? openSqliteReader(path) : undefined;
+  if (reader !== undefined) syncReaders.set(db, reader.read);
   return {
     db,
     engine,
@@ -120,7 +159,11 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
         return false;
       }
     },
-    close: () => db.destroy(),
+    async close() {
+      syncReaders.delete(db);
+      reader?.close();
+      await db.destroy();
+    },
   };
 }
 

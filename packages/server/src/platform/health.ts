@@ -4,11 +4,40 @@ export interface Readiness {
   /** False once shutdown begins, so load balancers stop sending work first. */
   accepting: boolean;
   check(): Promise<boolean>;
+  /**
+   * More of the answer, asked once the database answered: fields added to it (as `details` when
+   * unready), and why the service is not ready yet (undefined: it is). The directory's mirror
+   * mode reports its lag here.
+   */
+  extra?(): { fields: Record<string, unknown>; unready?: string };
 }
 
+const statusBody = (value: string) =>
+  ({ type: "object", required: ["status"], properties: { status: { type: "string", const: value } } }) as const;
+const unavailable = {
+  description: "Shutting down, or the database is unreachable (error code `unavailable`).",
+  type: "object",
+  properties: { error: { type: "object", properties: { code: { type: "string" }, message: { type: "string" } } } },
+} as const;
+
 export function registerHealthRoutes(app: FastifyInstance, readiness: Readiness): void {
-  app.get("/healthz", async (_request, reply) => reply.header("cache-control", "no-store").send({ status: "ok" }));
-  app.get("/readyz", async (_request, reply) => {
+  app.get(
+    "/healthz",
+    {
+      schema: {
+        summary: "Liveness: the process is up",
+        tags: ["operations"],
+        response: { 200: { description: "The process answers.", ...statusBody("ok") } },
+      },
+    },
+    async (_request, reply) => reply.header("cache-control", "no-store").send({ status: "ok" }),
+  );
+  const readySchema = {
+    summary: "Readiness: the database is reachable and the server is not shutting down",
+    tags: ["operations"],
+    response: { 200: { description: "Ready for traffic.", ...statusBody("ready") }, 503: unavailable },
+  };
+  app.get("/readyz", { schema: readySchema }, async (_request, reply) => {
     reply.header("cache-control", "no-store");
     if (!readiness.accepting) {
       return reply.code(503).send({ error: { code: "unavailable", message: "the server is shutting down" } });
@@ -16,6 +45,10 @@ export function registerHealthRoutes(app: FastifyInstance, readiness: Readiness)
     if (!(await readiness.check())) {
       return reply.code(503).send({ error: { code: "unavailable", message: "the database is unreachable" } });
     }
-    return { status: "ready" };
+    const extra = readiness.extra?.();
+    if (extra?.unready !== undefined) {
+      return reply.code(503).send({ error: { code: "unavailable", message: extra.unready, details: extra.fields } });
+    }
+    return { status: "ready", ...extra?.fields };
   });
 }

@@ -10,6 +10,7 @@ import Fastify, {
 } from "fastify";
 import type { LogLevel } from "./config.js";
 import { ApiError } from "./errors.js";
+import type { RequestObserver } from "./metrics.js";
 import type { RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
 
@@ -21,6 +22,8 @@ export interface HttpOptions {
   trustedProxyHops: number;
   /** Log destination; standard output when absent. */
   logStream?: NodeJS.WritableStream;
+  /** Told about every response: method, route pattern, status, seconds (the service's metrics). */
+  metrics?: RequestObserver;
 }
 
 function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
@@ -106,6 +109,9 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   app.setValidatorCompiler(({ schema, httpPart }) =>
     (httpPart === "body" ? exact : coercing).compile(schema as Record<string, unknown>),
   );
+  // Response schemas document the API (OpenAPI); they never reshape what a handler sends, so a
+  // field missing from a schema is still sent and nothing relies on a schema to strip data.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError =
@@ -121,10 +127,13 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     sendError(reply, new ApiError(404, "not_found", `no route for ${request.method} ${request.url.split("?")[0]}`)),
   );
   // One access-log line per request, at debug unless it failed, so busy read paths stay cheap.
+  // Metrics are labelled with the route pattern, never the raw URL (unbounded, and may carry ids).
+  const metrics = options.metrics;
   app.addHook("onResponse", (request, reply, done) => {
     const entry = { method: request.method, url: request.url, status: reply.statusCode, ms: reply.elapsedTime };
     if (reply.statusCode >= 500) request.log.error(entry, "request");
     else request.log.debug(entry, "request");
+    metrics?.observeRequest(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime / 1000);
     done();
   });
   return app;

@@ -255,3 +255,18 @@ export class RedisRateLimiter implements RateLimiter {
     }
   }
 }
+
+/**
+ * `limiter`, telling `onDenied` about every hit it denies: the one place that sees the hooks'
+ * limits and the services' own (per agent, per binding, per address) alike.
+ */
+export function observeDenials(limiter: RateLimiter, onDenied: (rule: RateLimitRule) => void): RateLimiter {
+  return {
+    async hit(rule, key) {
+      const decision = await limiter.hit(rule, key);
+      if (!decision.allowed) onDenied(rule);
+      return decision;
+    },
+    close: async () => limiter.close?.(),
+  };
+}

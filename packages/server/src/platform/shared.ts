@@ -1,7 +1,13 @@
 import { Redis } from "ioredis";
 import { AdjustableClock, type Clock, systemClock } from "./clock.js";
 import type { PlatformConfig } from "./config.js";
-import { MemoryRateLimiter, type RateLimiter, RedisRateLimiter } from "./rate-limit.js";
+import {
+  MemoryRateLimiter,
+  observeDenials,
+  type RateLimiter,
+  type RateLimitRule,
+  RedisRateLimiter,
+} from "./rate-limit.js";
 
 /** What a service process holds that is not its own: the clock, Redis, the rate limiter. */
 export interface PlatformParts {
@@ -18,6 +24,8 @@ export interface PlatformPartsOptions {
   redisPrefix: string;
   /** A clock to start from (tests hand in one they also control). */
   clock?: Clock;
+  /** Told about every hit the limiter denies (the service's metrics). */
+  onRateLimited?: (rule: RateLimitRule) => void;
 }
 
 export function createPlatformParts(config: PlatformConfig, options: PlatformPartsOptions): PlatformParts {
@@ -28,10 +36,11 @@ export function createPlatformParts(config: PlatformConfig, options: PlatformPar
     config.redisUrl === undefined
       ? undefined
       : new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true, lazyConnect: false });
-  const limiter =
+  const counters: RateLimiter =
     redis === undefined
       ? new MemoryRateLimiter({ clock })
       : new RedisRateLimiter({ redis, clock, keyPrefix: `${options.redisPrefix}rl:` });
+  const limiter = options.onRateLimited ? observeDenials(counters, options.onRateLimited) : counters;
   return {
     clock,
     testClock,

@@ -4,17 +4,20 @@ import type { Clock } from "../platform/clock.js";
 import { openDatabase } from "../platform/database.js";
 import { registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
+import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
+import { registerOpenApi } from "../platform/openapi.js";
 import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { TrustConfig } from "./config.js";
 import { KeyRing } from "./keys.js";
 import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
+import { trustMetrics } from "./metrics.js";
 import { type TrustSchema, trustMigrations } from "./migrations.js";
 import { oidcProvider } from "./oidc/provider.js";
 import { paymentWiring, withExtraPages } from "./payment/plugin.js";
 import type { PaymentFetch } from "./payment/provider.js";
 import type { PaymentLimits } from "./payment/routes.js";
-import { trustRoutes } from "./routes.js";
+import { TRUST_OPENAPI, trustRoutes } from "./routes.js";
 import { TrustService } from "./service.js";
 import { MAX_ATTESTATION_TTL_SECONDS } from "./settings.js";
 import { registerTrustTestHooks } from "./test-hooks.js";
@@ -46,9 +49,11 @@ export interface TrustAppOptions {
 
 export async function buildTrustApp(config: TrustConfig, options: TrustAppOptions = {}): Promise<TrustApp> {
   const prefix = options.redisPrefix ?? "proto:trust:";
+  const metrics = new ServiceMetrics("trust");
   const parts = createPlatformParts(config.platform, {
     redisPrefix: prefix,
     ...(options.clock ? { clock: options.clock } : {}),
+    onRateLimited: (rule) => metrics.rateLimited(rule.name),
   });
   const database = await openDatabase<TrustSchema>(config.databaseUrl, {
     migrations: trustMigrations,
@@ -82,7 +87,10 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     logLevel: config.platform.logLevel,
     trustedProxyHops: config.platform.trustedProxyHops,
     ...(options.logStream ? { logStream: options.logStream } : {}),
+    metrics,
   });
+  await registerOpenApi(app, { ...TRUST_OPENAPI, publicUrl: config.publicUrl });
+  registerMetricsRoute(app, metrics, config.platform.metricsToken);
   if (config.secrets.developmentFile !== undefined) {
     app.log.warn(
       { file: config.secrets.developmentFile },
@@ -126,6 +134,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     limiter: parts.limiter,
     settings: config.settings,
     humanOf: async (request) => (await sessions.current(request))?.humanId,
+    mints: trustMetrics(metrics, keys, parts.clock),
   });
   await app.register(withExtraPages(withExtraPages(humanPages, payment?.pages), upstream?.pages), {
     service,

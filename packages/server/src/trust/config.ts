@@ -55,7 +55,7 @@ export function readTrustConfig(env: Env = process.env, platform?: PlatformConfi
   if (base.production && !publicUrl.startsWith("https://")) {
     reader.problem("TRUST_PUBLIC_URL must be https when NODE_ENV=production");
   }
-  const databaseUrl = readDatabaseUrl(reader, "TRUST_DATABASE_URL", "sqlite:./data/trust.db");
+  const databaseUrl = readDatabaseUrl(reader, "TRUST_DATABASE_URL", "sqlite:./data/trust.db", base.production);
   const dailyLimit = reader.integer("TRUST_PER_BINDING_DAILY_TOKEN_LIMIT", 10_000, 1, 100_000_000);
   const settings: TrustSettings = {
     linkTtlSeconds: reader.integer("TRUST_LINK_TTL_SECONDS", defaults.linkTtlSeconds, 60, 86400),
@@ -72,7 +72,17 @@ export function readTrustConfig(env: Env = process.env, platform?: PlatformConfi
     keyRefreshSeconds: defaults.keyRefreshSeconds,
     rateLimits: readRateLimits(reader, dailyLimit),
   };
+  const problemsBefore = reader.problems.length;
   const secrets = readTrustSecrets(reader, base.production, dataDirectory(databaseUrl));
+  // One value for both would make a leak of either a leak of both: they are kept apart on purpose.
+  if (
+    reader.problems.length === problemsBefore &&
+    reader.string("TRUST_KEY_ENCRYPTION_KEY") !== undefined &&
+    reader.string("TRUST_PSEUDONYM_KEY") !== undefined &&
+    secrets.keyEncryptionKey.equals(secrets.pseudonymKey)
+  ) {
+    reader.problem("TRUST_KEY_ENCRYPTION_KEY and TRUST_PSEUDONYM_KEY must be different keys");
+  }
   const oidc = parseOidcClients(reader.string("TRUST_OIDC_CLIENTS"), base.production);
   for (const problem of oidc.problems) reader.problem(problem);
   const smtpUrl = reader.string("SMTP_URL");

@@ -132,6 +132,20 @@ export class KeyRing {
   }
 
   /**
+   * When the newest key of the published set was published (ms since the epoch): the key set's
+   * age is measured from it. Undefined before the first key exists.
+   */
+  newestPublishedAt(): number | undefined {
+    const now = this.#options.clock.now();
+    let newest: number | undefined;
+    for (const key of this.#keys) {
+      if (key.row.publish_at <= now && (newest === undefined || key.row.publish_at > newest))
+        newest = key.row.publish_at;
+    }
+    return newest;
+  }
+
+  /**
    * Starts a rotation: a new key published now that signs only after the lead time. A rotation
    * already under way (a key published but not yet active) is reused, never doubled.
    */

@@ -1,8 +1,10 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError } from "../platform/errors.js";
 import { rateLimitHook } from "../platform/http.js";
+import { ERROR_ENVELOPE, type OpenApiOptions } from "../platform/openapi.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
 import type { KeyRing } from "./keys.js";
+import type { MintObserver } from "./metrics.js";
 import type { LinkStartInput, TrustService } from "./service.js";
 import type { TrustSettings } from "./settings.js";
 
@@ -13,7 +15,131 @@ export interface TrustRoutesOptions {
   settings: TrustSettings;
   /** The signed-in human behind a request, when there is one (the session arrives with sign-in). */
   humanOf: (request: FastifyRequest) => Promise<string | undefined>;
+  /** Told the verification method of every attestation minted (the metrics). */
+  mints?: MintObserver;
 }
+
+/** The attestor's OpenAPI document: everything but the server URL. */
+export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
+  title: "proto trust attestor",
+  description:
+    "Links agents to verified people and mints short-lived attestations (spec `trust.md`). Errors use the envelope `{ error: { code, message } }`.",
+  version: "0.1",
+  tags: [
+    { name: "keys", description: "The public key set that verifies attestations and id_tokens." },
+    { name: "link", description: "An agent asks a person to link it; the person confirms in a browser." },
+    { name: "tokens", description: "Attestation minting, signed by the agent (RFC 9421)." },
+    { name: "bindings", description: "The person's control over linked agents." },
+    { name: "openid", description: "The OpenID provider that signs people in to services." },
+    { name: "payment", description: "Payment verification (when configured)." },
+    { name: "pages", description: "Pages for people: sign-in, link confirmation, account." },
+    { name: "operations", description: "Health and readiness." },
+  ],
+  securitySchemes: {
+    httpSignature: {
+      type: "apiKey",
+      in: "header",
+      name: "Signature",
+      description:
+        "RFC 9421 message signature by the agent's key over @method, @target-uri and content-digest, with Signature-Input and Content-Digest.",
+    },
+    session: {
+      type: "apiKey",
+      in: "cookie",
+      name: "__Host-proto_session",
+      description: "The person's signed-in session (`proto_session` in development over http).",
+    },
+  },
+  routeDocs: {
+    "GET /.well-known/openid-configuration": { summary: "OpenID provider configuration", tags: ["openid"] },
+    "GET /oidc/authorize": {
+      summary: "Start sign-in (authorization code with PKCE S256)",
+      description: "Without a session the person signs in first; then the browser returns to redirect_uri with a code.",
+      tags: ["openid"],
+    },
+    "POST /oidc/token": {
+      summary: "Exchange an authorization code for an id_token",
+      description: "Form-encoded or JSON: grant_type, code, code_verifier, client_id, redirect_uri.",
+      tags: ["openid"],
+    },
+    "GET /oidc/token": { summary: "Not allowed: the token endpoint takes POST", tags: ["openid"] },
+    "POST /webhooks/payment": {
+      summary: "Payment provider webhook",
+      description: 'Signed with Proto-Payment-Signature: t=…,v1=HMAC-SHA256(secret, "t.body").',
+      tags: ["payment"],
+    },
+    "POST /account/payment/start": { summary: "Start a payment verification (form)", tags: ["payment"] },
+    "GET /account/payment/return": { summary: "Return from the payment provider", tags: ["payment"] },
+  },
+  defaultTag: "pages",
+};
+
+const keySet = {
+  description: "The published key set.",
+  type: "object",
+  required: ["keys"],
+  properties: {
+    keys: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["kty", "crv", "kid", "x"],
+        properties: {
+          kty: { type: "string", const: "OKP" },
+          crv: { type: "string", const: "Ed25519" },
+          kid: { type: "string" },
+          x: { type: "string", description: "Base64url public key." },
+        },
+      },
+    },
+  },
+} as const;
+
+const linkStarted = {
+  description: "The link request: send the person to link_url, then poll.",
+  type: "object",
+  required: ["req_id", "link_url", "poll_url", "expires_in"],
+  properties: {
+    req_id: { type: "string", description: "Prefix `lr_`." },
+    link_url: { type: "string" },
+    poll_url: { type: "string" },
+    expires_in: { type: "integer" },
+  },
+} as const;
+
+const linkPolled = {
+  description: "Pending (with its phase), or confirmed with the binding.",
+  type: "object",
+  required: ["state"],
+  properties: {
+    state: { type: "string", enum: ["pending", "confirmed"] },
+    phase: { type: "string", enum: ["awaiting_signin", "awaiting_confirm"] },
+    binding_id: { type: "string" },
+    binding_token_expires_at: { type: "integer" },
+  },
+} as const;
+
+const minted = {
+  description: "The attestation.",
+  type: "object",
+  required: ["jwt", "expires_at", "verification", "binding_expires_at"],
+  properties: {
+    jwt: {
+      type: "string",
+      description: "EdDSA JWT: iss proto-trust, aud, sub (agent DID), sub_h, iat, exp, verification.",
+    },
+    expires_at: { type: "integer" },
+    verification: { type: "string", enum: ["email", "oauth", "payment"] },
+    binding_expires_at: { type: "integer" },
+  },
+} as const;
+
+const revoked = {
+  description: "The binding is revoked.",
+  type: "object",
+  required: ["ok", "revoked_at"],
+  properties: { ok: { type: "boolean", const: true }, revoked_at: { type: "string", format: "date-time" } },
+} as const;
 
 const linkStartBody = {
   type: "object",
@@ -42,23 +168,51 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
   const { service, keys, limiter, settings } = options;
   const limits = settings.rateLimits;
 
-  app.get("/.well-known/jwks.json", { onRequest: rateLimitHook(limiter, limits.read) }, async (_request, reply) => {
-    await keys.fresh();
-    return reply
-      .header("cache-control", JWKS_CACHE_CONTROL)
-      .header("access-control-allow-origin", "*")
-      .send({ keys: keys.publicKeys() });
-  });
+  const jwksSchema = {
+    summary: "The public key set",
+    description: "A new kid is published at least 900 seconds before it first signs.",
+    tags: ["keys"],
+    response: { 200: keySet, "4xx": ERROR_ENVELOPE },
+  };
+  app.get(
+    "/.well-known/jwks.json",
+    { schema: jwksSchema, onRequest: rateLimitHook(limiter, limits.read) },
+    async (_request, reply) => {
+      await keys.fresh();
+      return reply
+        .header("cache-control", JWKS_CACHE_CONTROL)
+        .header("access-control-allow-origin", "*")
+        .send({ keys: keys.publicKeys() });
+    },
+  );
 
   app.post<{ Body: LinkStartInput }>(
     "/v1/link/start",
-    { schema: { body: linkStartBody }, onRequest: rateLimitHook(limiter, limits.linkStart) },
+    {
+      schema: {
+        summary: "Open a link request",
+        tags: ["link"],
+        body: linkStartBody,
+        response: { 200: linkStarted, "4xx": ERROR_ENVELOPE },
+      },
+      onRequest: rateLimitHook(limiter, limits.linkStart),
+    },
     async (request) => service.linkStart(request.body),
   );
 
   app.post<{ Body: { req_id: string; sig_b64: string } }>(
     "/v1/link/poll",
-    { schema: { body: linkPollBody }, onRequest: rateLimitHook(limiter, limits.linkPoll) },
+    {
+      schema: {
+        summary: "Poll a link request",
+        description:
+          "sig_b64 is the agent key's Ed25519 signature over the UTF-8 bytes of req_id. 410 once expired or retrieved.",
+        tags: ["link"],
+        body: linkPollBody,
+        response: { 200: linkPolled, "4xx": ERROR_ENVELOPE },
+      },
+      onRequest: rateLimitHook(limiter, limits.linkPoll),
+    },
     async (request) => service.linkPoll(request.body.req_id, request.body.sig_b64),
   );
 
@@ -66,22 +220,46 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body, done) => done(null, body));
-    scope.post("/v1/token", { onRequest: rateLimitHook(limiter, limits.token) }, async (request) => {
-      const body = Buffer.isBuffer(request.body) ? request.body : undefined;
-      const host = request.headers.host ?? "localhost";
-      return service.mint({
-        method: request.method,
-        url: `http://${host}${request.url}`,
-        headers: request.headers,
-        body: body ?? null,
-      });
-    });
+    // The body is documented, not declared: a body schema would validate the raw bytes.
+    const tokenSchema = {
+      summary: "Mint an attestation",
+      description:
+        'Signed by the agent\'s key (RFC 9421) for `{trust_url}/v1/token`, covering @method, @target-uri and content-digest, with created, expires and nonce. Body: `{"aud": "<service DID>"}`.',
+      tags: ["tokens"],
+      security: [{ httpSignature: [] }],
+      response: { 200: minted, "4xx": ERROR_ENVELOPE },
+    };
+    scope.post(
+      "/v1/token",
+      { schema: tokenSchema, onRequest: rateLimitHook(limiter, limits.token) },
+      async (request) => {
+        const body = Buffer.isBuffer(request.body) ? request.body : undefined;
+        const host = request.headers.host ?? "localhost";
+        const result = await service.mint({
+          method: request.method,
+          url: `http://${host}${request.url}`,
+          headers: request.headers,
+          body: body ?? null,
+        });
+        options.mints?.minted(result.verification);
+        return result;
+      },
+    );
   });
 
   app.delete<{ Params: { id: string } }>(
     "/v1/bindings/:id",
     // A bucket of its own: an agent polling from the same address must not lock its human out.
-    { onRequest: rateLimitHook(limiter, { ...limits.read, name: "trust.revoke" }) },
+    {
+      schema: {
+        summary: "Revoke a binding",
+        description: "The person's signed-in session only; an agent cannot call it.",
+        tags: ["bindings"],
+        security: [{ session: [] }],
+        response: { 200: revoked, "4xx": ERROR_ENVELOPE },
+      },
+      onRequest: rateLimitHook(limiter, { ...limits.read, name: "trust.revoke" }),
+    },
     async (request) => {
       const humanId = await options.humanOf(request);
       if (humanId === undefined) {

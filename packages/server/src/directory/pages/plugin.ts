@@ -1,0 +1,134 @@
+import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
+import { ApiError } from "../../platform/errors.js";
+import { rateLimitHook } from "../../platform/http.js";
+import type { RateLimiter } from "../../platform/rate-limit.js";
+import type { DirectoryService } from "../service.js";
+import type { DirectorySettings } from "../settings.js";
+import { registerAssets } from "./assets.js";
+import { sendMessage, sendPage } from "./layout.js";
+import { browsePath, listingPagePath } from "./paths.js";
+import { browsePage, hostOf, listingPage, parseListing } from "./render.js";
+
+export interface DirectoryPagesOptions {
+  service: DirectoryService;
+  limiter: RateLimiter;
+  settings: DirectorySettings;
+  publicUrl: string;
+}
+
+/** Listings per browse page. */
+export const BROWSE_PAGE_SIZE = 20;
+
+const browseQuery = {
+  type: "object",
+  properties: {
+    search: { type: "string", maxLength: 200 },
+    tag: { type: "string", maxLength: 40 },
+    cursor: { type: "string", maxLength: 4096 },
+  },
+} as const;
+
+interface BrowseQuery {
+  search?: string;
+  tag?: string;
+  cursor?: string;
+}
+
+/** Form fields arrive padded or empty; the query the API would run has neither. */
+function field(value: string | undefined): string | undefined {
+  const trimmed = value?.trim();
+  return trimmed === undefined || trimmed === "" ? undefined : trimmed;
+}
+
+/**
+ * The browse pages for people (issue 9): `/` searches and filters through the very queries of
+ * `GET /v1/listings`, `/listings/{did}` shows one listing in full. Server-rendered, no script, the
+ * stylesheet served here, every value escaped, a rate limit of their own, errors as pages.
+ */
+export async function directoryPages(app: FastifyInstance, options: DirectoryPagesOptions): Promise<void> {
+  const { service } = options;
+  const limit = rateLimitHook(options.limiter, options.settings.rateLimits.pages);
+  registerAssets(app);
+
+  // Errors on these routes are pages too; the JSON API keeps its envelope (this handler is
+  // encapsulated in the plugin).
+  app.setErrorHandler((error: FastifyError, request, reply: FastifyReply) => {
+    if (error instanceof ApiError && error.status === 429) {
+      const seconds = Math.max(1, Math.ceil(error.retryAfterSeconds ?? 1));
+      reply.header("retry-after", String(seconds));
+      return sendMessage(
+        reply,
+        429,
+        "Too many requests",
+        `Too many pages were loaded from your address in a short time. Wait ${seconds} ${seconds === 1 ? "second" : "seconds"}, then reload.`,
+      );
+    }
+    if (error instanceof ApiError && error.code === "invalid_request") {
+      return sendMessage(
+        reply,
+        400,
+        "This link does not work",
+        "The page address was changed, or its “Next page” position belongs to another search. Start again from the first page.",
+      );
+    }
+    if (error.validation !== undefined) {
+      return sendMessage(
+        reply,
+        400,
+        "This search cannot be run",
+        "Searches are limited to 200 characters and tags to 40, each given once.",
+      );
+    }
+    if (error instanceof ApiError && error.status < 500) {
+      return sendMessage(reply, error.status, "Something is not right", error.message);
+    }
+    const status = error.statusCode ?? 500;
+    if (status >= 400 && status < 500) {
+      return sendMessage(reply, status, "Something is not right", "The request could not be understood.");
+    }
+    request.log.error({ err: error }, "page failed");
+    return sendMessage(reply, 500, "Something went wrong", "Please try again in a moment.");
+  });
+
+  app.get<{ Querystring: BrowseQuery }>(
+    "/",
+    { schema: { querystring: browseQuery }, onRequest: limit },
+    async (request, reply) => {
+      const search = field(request.query.search);
+      const tag = field(request.query.tag);
+      const cursor = field(request.query.cursor);
+      const page = await service.list({ cursor, limit: BROWSE_PAGE_SIZE, search, tag, includeDeleted: false });
+      const title =
+        search === undefined && tag === undefined ? "Listings" : `Search: ${[search, tag].filter(Boolean).join(", ")}`;
+      return sendPage(reply, {
+        title,
+        // Result pages past the first, and searches, are not for search engines: the sitemap is.
+        noindex: cursor !== undefined || search !== undefined || tag !== undefined,
+        body: browsePage({
+          search,
+          tag,
+          continued: cursor !== undefined,
+          listings: page.bodies.map(parseListing),
+          nextPath: page.nextCursor === null ? undefined : browsePath({ search, tag, cursor: page.nextCursor }),
+        }),
+      });
+    },
+  );
+
+  app.get<{ Params: { did: string } }>("/listings/:did", { onRequest: limit }, async (request, reply) => {
+    // Decoded once by the router, as for `GET /v1/listings/{did}` (decisions §10); the router
+    // refuses parameters over its maxParamLength (2048) with 414 before this runs.
+    const did = request.params.did;
+    const body = did === "" ? undefined : await service.get(did);
+    if (body === undefined) {
+      return sendMessage(reply, 404, "No such listing", "The directory has no listing for that DID.");
+    }
+    const listing = parseListing(body);
+    return sendPage(reply, {
+      title: listing.title ?? hostOf(listing),
+      canonical: `${options.publicUrl}${listingPagePath(listing.service_did)}`,
+      noindex: listing.status === "deleted",
+      body: listingPage(listing),
+    });
+  });
+}

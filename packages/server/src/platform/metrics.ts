@@ -1,0 +1,93 @@
+/**
+ * Prometheus metrics. Each service owns one `prom-client` Registry (never the global default),
+ * so the directory and the attestor can run in one process without their metrics colliding;
+ * every series carries `service="directory"|"trust"`.
+ *
+ * `GET /metrics` exists only when `METRICS_TOKEN` is set, and answers only to
+ * `Authorization: Bearer $METRICS_TOKEN` (compared in constant time): without the variable the
+ * path is an ordinary 404, so nothing about the process leaks from the public port.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { Counter, collectDefaultMetrics, Histogram, Registry } from "prom-client";
+import { ApiError } from "./errors.js";
+import { sendError } from "./http.js";
+import { constantTimeEqual } from "./tokens.js";
+
+export const METRICS_PATH = "/metrics";
+
+/** Request latency buckets, in seconds: cached reads take milliseconds, outbound fetches up to 5 s. */
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/** The route label of a request no route matched (its raw URL is never a label). */
+export const UNMATCHED_ROUTE = "unmatched";
+
+/** What the HTTP layer reports after every response (see `createHttpServer`). */
+export interface RequestObserver {
+  /** `route` is the route pattern (`/v1/listings/:did`), undefined when no route matched. */
+  observeRequest(method: string, route: string | undefined, status: number, seconds: number): void;
+}
+
+export class ServiceMetrics implements RequestObserver {
+  readonly registry = new Registry();
+  readonly #requests: Counter<"method" | "route" | "status">;
+  readonly #latency: Histogram<"method" | "route" | "status">;
+  readonly #rateLimited: Counter<"scope">;
+
+  constructor(readonly service: string) {
+    this.registry.setDefaultLabels({ service });
+    collectDefaultMetrics({ register: this.registry });
+    this.#requests = new Counter({
+      name: "proto_http_requests_total",
+      help: "HTTP requests answered, by method, route pattern and status.",
+      labelNames: ["method", "route", "status"],
+      registers: [this.registry],
+    });
+    this.#latency = new Histogram({
+      name: "proto_http_request_duration_seconds",
+      help: "Time from receiving a request to finishing its response, by method, route pattern and status.",
+      labelNames: ["method", "route", "status"],
+      buckets: LATENCY_BUCKETS,
+      registers: [this.registry],
+    });
+    this.#rateLimited = new Counter({
+      name: "proto_rate_limit_rejections_total",
+      help: "Hits a rate limit denied, by rule (scope); most become 429 responses.",
+      labelNames: ["scope"],
+      registers: [this.registry],
+    });
+  }
+
+  observeRequest(method: string, route: string | undefined, status: number, seconds: number): void {
+    const labels = { method, route: route ?? UNMATCHED_ROUTE, status: String(status) };
+    this.#requests.inc(labels);
+    this.#latency.observe(labels, seconds);
+  }
+
+  /** One denied hit of the rate-limit rule named `scope` (e.g. `dir.read`, `trust.token_binding`). */
+  rateLimited(scope: string): void {
+    this.#rateLimited.inc({ scope });
+  }
+}
+
+function bearerToken(request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization;
+  if (header === undefined) return undefined;
+  return /^Bearer +([\x21-\x7e]{1,512})$/i.exec(header.trim())?.[1];
+}
+
+/**
+ * `GET /metrics` on `app`, behind `token`; nothing at all when `token` is undefined. Hidden from
+ * the OpenAPI document.
+ */
+export function registerMetricsRoute(app: FastifyInstance, metrics: ServiceMetrics, token: string | undefined): void {
+  if (token === undefined) return;
+  app.get(METRICS_PATH, { schema: { hide: true } }, async (request: FastifyRequest, reply: FastifyReply) => {
+    const presented = bearerToken(request);
+    if (presented === undefined || !constantTimeEqual(presented, token)) {
+      reply.header("www-authenticate", 'Bearer realm="metrics"');
+      return sendError(reply, new ApiError(401, "unauthorized", "a valid metrics token is required"));
+    }
+    const body = await metrics.registry.metrics();
+    return reply.header("cache-control", "no-store").type(metrics.registry.contentType).send(body);
+  });
+}
