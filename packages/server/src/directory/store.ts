@@ -343,7 +343,7 @@ function sqliteSearch(term: string): SqliteSearch {
   else if (ascii) matches = like;
   else {
     matches = (a) =>
-      sql<boolean>`(instr(lower(${col(a, "title")}), ${needle}) > 0 or instr(lower(${col(a, "description")}), ${needle}) > 0)`;
+      sql<boolean>`(instr(unicode_lower(${col(a, "title")}), ${needle}) > 0 or instr(unicode_lower(${col(a, "description")}), ${needle}) > 0)`;
   }
   let piece: SqliteSearch["piece"];
   if (long && (!ascii || !/\s/.test(term))) piece = { phrase, exact: true };
@@ -387,10 +387,8 @@ async function searchAll(db: Db, query: ListQuery, search: SqliteSearch): Promis
     const page = await indexScan(db, query, search, undefined, QUICK_SCAN);
     if (page !== undefined) return page;
   }
-  if (search.piece !== undefined) {
-    const ids = await ftsIds(db, search.piece.phrase, FEW_CANDIDATES);
-    if (ids !== undefined) return candidatePage(db, query, search, ids, !search.piece.exact);
-  }
+  const few = await candidates(db, search, FEW_CANDIDATES);
+  if (few !== undefined) return candidatePage(db, query, search, few.ids, few.check);
   if (search.scannable) {
     const page = await indexScan(db, query, search, undefined, SCAN_BUDGET);
     if (page !== undefined) return page;
@@ -432,10 +430,8 @@ async function searchTag(db: Db, query: ListQuery, search: SqliteSearch, tag: st
     );
   }
   // A large tag: the search's candidates if few, else a scan of the search index keeping the tag's.
-  if (search.piece !== undefined) {
-    const ids = await ftsIds(db, search.piece.phrase, FEW_CANDIDATES);
-    if (ids !== undefined) return candidatePage(db, query, search, ids, !search.piece.exact, tag);
-  }
+  const few = await candidates(db, search, FEW_CANDIDATES);
+  if (few !== undefined) return candidatePage(db, query, search, few.ids, few.check, tag);
   if (search.scannable) {
     const page = await indexScan(db, query, search, tag, SCAN_BUDGET);
     if (page !== undefined) return page;
@@ -527,9 +523,12 @@ async function candidates(
   // (the full-text index holds them case-folded; its vocabulary lists them) or ends the column.
   const needle = search.needle;
   const upper = `${needle}\u{10ffff}`;
-  const terms = await sql<{ term: string }>`select term from dir_listings_fts_vocab
-    where term >= ${needle} and term < ${upper} limit ${cap + 1}`.execute(db);
-  if (terms.rows.length > cap) return undefined;
+  // The vocabulary counts each trigram's listings: their sum bounds the candidates it gives. Short
+  // terms' candidates are cheaper to sort than a second scan: twice the cap.
+  const most = cap * 2;
+  const terms = await sql<{ term: string; doc: number }>`select term, doc from dir_listings_fts_vocab
+    where term >= ${needle} and term < ${upper}`.execute(db);
+  if (terms.rows.reduce((sum, r) => sum + r.doc, 0) > most) return undefined;
   const ends =
     needle.length === 2
       ? sql`select id from dir_listings where lower(substr(title, -2)) = ${needle}
@@ -544,8 +543,8 @@ async function candidates(
       : sql`select rowid as id from dir_listings_fts where dir_listings_fts match ${terms.rows
           .map((r) => `"${r.term.replace(/"/g, '""')}"`)
           .join(" OR ")} union ${ends}`;
-  const ids = await sql<{ id: number }>`select id from (${sources}) limit ${cap + 1}`.execute(db);
-  return ids.rows.length > cap ? undefined : { ids: ids.rows.map((r) => r.id), check: true };
+  const ids = await sql<{ id: number }>`select id from (${sources}) limit ${most + 1}`.execute(db);
+  return ids.rows.length > most ? undefined : { ids: ids.rows.map((r) => r.id), check: true };
 }
 
 /**

@@ -52,6 +52,16 @@ function cachingSqlite(database: BetterSqlite3.Database): BetterSqlite3.Database
 /** Address space, not memory: pages are shared with the OS page cache (SQLite caps it at 2 GiB by default). */
 const SQLITE_MMAP_BYTES = 2 ** 31;
 
+/**
+ * SQLite's own lower() folds ASCII only; searches need the same Unicode case folding as the
+ * full-text index and as PostgreSQL, so the connection gets JavaScript's.
+ */
+function registerSqliteFunctions(raw: BetterSqlite3.Database): void {
+  raw.function("unicode_lower", { deterministic: true }, (value: unknown) =>
+    typeof value === "string" ? value.toLowerCase() : value,
+  );
+}
+
 function openSqlite(path: string): { dialect: SqliteDialect; raw: BetterSqlite3.Database } {
   const memory = path === ":memory:";
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
@@ -68,6 +78,7 @@ function openSqlite(path: string): { dialect: SqliteDialect; raw: BetterSqlite3.
   if (!memory) raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
   raw.pragma("cache_size = -65536");
   raw.pragma("temp_store = MEMORY");
+  registerSqliteFunctions(raw);
   return { dialect: new SqliteDialect({ database: cachingSqlite(raw) }), raw };
 }
 
@@ -113,6 +124,7 @@ function openSqliteReader(path: string): { read: SyncReader; close(): void } {
   raw.pragma("busy_timeout = 5000");
   raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
   raw.pragma("cache_size = -16384");
+  registerSqliteFunctions(raw);
   const statements = new Map<string, BetterSqlite3.Statement>();
   return {
     read(source, parameters) {
