@@ -116,7 +116,6 @@ const launched = await launchBrowser();
 if (launched.skip !== undefined) process.stdout.write(`# browser tests skipped: ${launched.skip}\n`);
 
 /** The text a person sees in an element (rendered, so hidden parts are left out). */
-// biome-ignore lint/performance/useDomNodeTextContent: the rendered text is what is asserted
 const seen = (locator: Locator) => locator.innerText();
 
 /** Title and DID of every listing card on the page, in order. */

@@ -68,7 +68,6 @@ async function startCallbackServer(): Promise<{ server: Server; url: string; hit
 }
 
 /** The text a person sees in an element (rendered, so hidden parts are left out). */
-// biome-ignore lint/performance/useDomNodeTextContent: the rendered text is what is asserted
 const seen = (locator: Locator) => locator.innerText();
 
 /** Whether the element is the one that has keyboard focus. */
