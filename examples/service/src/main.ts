@@ -59,7 +59,7 @@ const service = await buildNotesService({
 await service.app.listen({ port, host });
 
 const origin = new URL(publicUrl).origin;
-console.log(`
+process.stdout.write(`
 notes service ${service.serviceDid}
   public URL        ${origin}  (listening on ${host}:${port}${https ? ", HTTPS" : ""})
   discovery         ${origin}/.well-known/proto
@@ -69,6 +69,7 @@ notes service ${service.serviceDid}
 
 Owner sign-in needs this client at the attestor (TRUST_OIDC_CLIENTS):
   ${JSON.stringify([service.oidcClient])}
+
 `);
 
 let closing = false;
