@@ -15,6 +15,7 @@ import {
   signRequest,
 } from "@proto/protocol";
 import { exportJWK, SignJWT } from "jose";
+import { printLine } from "./report.js";
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -101,9 +102,9 @@ const fmt = (n: number) => `${Math.round(n).toLocaleString("en-US")}/s`;
 const b = median(bare);
 const f = median(full);
 const a = median(att);
-console.log(`node ${process.version}, ${N} requests x ${ROUNDS} rounds (medians)`);
-console.log(`bare node:crypto Ed25519 verify     ${fmt(b)}`);
-console.log(
+printLine(`node ${process.version}, ${N} requests x ${ROUNDS} rounds (medians)`);
+printLine(`bare node:crypto Ed25519 verify     ${fmt(b)}`);
+printLine(
   `RFC 9421 full verify (POST + digest) ${fmt(f)}  ratio ${(f / b).toFixed(2)}  target >= 0.60 ${f / b >= 0.6 ? "MET" : "NOT MET"}`,
 );
-console.log(`attestation JWT verify (jose)        ${fmt(a)}  ratio ${(a / b).toFixed(2)}`);
+printLine(`attestation JWT verify (jose)        ${fmt(a)}  ratio ${(a / b).toFixed(2)}`);

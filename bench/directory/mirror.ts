@@ -14,6 +14,8 @@
  * Options: --count N, --engine sqlite|postgres|sqlite,postgres, --db URL (an already loaded store
  * of --count listings; not dropped), --keep (do not drop the store built), --cpu-prof DIR.
  */
+
+import { printLine } from "../report.js";
 import { createStore, loadStore } from "./lib/dataset.js";
 import { startChild } from "./lib/processes.js";
 import { args, fmt, log, percentile, table, verdict } from "./lib/stats.js";
@@ -115,11 +117,9 @@ async function traverse(engine: "sqlite" | "postgres"): Promise<Traversal> {
 const results: Traversal[] = [];
 for (const engine of engines) results.push(await traverse(engine));
 
-console.log(
-  `\nFull mirror traversal over HTTP: GET /v1/listings?limit=100&include_deleted=true, following next_cursor`,
-);
-console.log(`Target: <= ${TARGET_SECONDS} s on SQLite (PostgreSQL reported)\n`);
-console.log(
+printLine(`\nFull mirror traversal over HTTP: GET /v1/listings?limit=100&include_deleted=true, following next_cursor`);
+printLine(`Target: <= ${TARGET_SECONDS} s on SQLite (PostgreSQL reported)\n`);
+printLine(
   table(
     ["engine", "listings", "pages", "seconds", "listings/s", "page p50 ms", "page p99 ms", "verdict"],
     results.map((r) => {
@@ -139,6 +139,6 @@ console.log(
   ),
 );
 for (const r of results) {
-  if (r.load) console.log(`${r.engine}: ${r.load}`);
-  for (const problem of r.problems) console.log(`${r.engine}: PROBLEM: ${problem}`);
+  if (r.load) printLine(`${r.engine}: ${r.load}`);
+  for (const problem of r.problems) printLine(`${r.engine}: PROBLEM: ${problem}`);
 }

@@ -18,6 +18,7 @@
  * drop the store built).
  */
 import type { ListRequest } from "../../packages/server/src/directory/service.js";
+import { printLine } from "../report.js";
 import { createStore, type GeneratedRow, generateRows, loadStore, RARE_TAGS, TAGS } from "./lib/dataset.js";
 import { openService } from "./lib/service.js";
 import { args, fmt, log, percentile, table, verdict } from "./lib/stats.js";
@@ -317,7 +318,7 @@ async function runEngine(
           fmt(sorted.at(-1) ?? Number.NaN),
         ];
       });
-      console.log(`\n${engine}, per query:\n${table(["scenario", "query", "matches", "p50 ms", "max ms"], rows)}`);
+      printLine(`\n${engine}, per query:\n${table(["scenario", "query", "matches", "p50 ms", "max ms"], rows)}`);
     }
     for (const [scenario, entry] of byScenario) {
       const totals = cases.filter((c) => c.scenario === scenario).map((c) => (expected.get(c) as Expected).total);
@@ -334,11 +335,11 @@ async function runEngine(
 const reports = [];
 for (const engine of engines) reports.push(await runEngine(engine));
 
-console.log(`\nDirectory search and tag filters: DirectoryService.list on ${COUNT} listings, one call at a time`);
-console.log(`Target: p99 <= ${TARGET_P99_MS} ms in every scenario, per engine\n`);
+printLine(`\nDirectory search and tag filters: DirectoryService.list on ${COUNT} listings, one call at a time`);
+printLine(`Target: p99 <= ${TARGET_P99_MS} ms in every scenario, per engine\n`);
 let allMet = true;
 for (const report of reports) {
-  console.log(`== ${report.engine}${report.load ? ` (${report.load})` : ""}`);
+  printLine(`== ${report.engine}${report.load ? ` (${report.load})` : ""}`);
   const rows = report.results.map((r) => {
     const sorted = [...r.samples].sort((a, b) => a - b);
     return [
@@ -351,7 +352,7 @@ for (const report of reports) {
       fmt(sorted.at(-1) ?? Number.NaN),
     ];
   });
-  console.log(table(["scenario", "queries", "matches", "calls", "p50 ms", "p99 ms", "max ms"], rows));
+  printLine(table(["scenario", "queries", "matches", "calls", "p50 ms", "p99 ms", "max ms"], rows));
   const worst = Math.max(
     ...report.results.map((r) =>
       percentile(
@@ -362,9 +363,9 @@ for (const report of reports) {
   );
   const met = worst <= TARGET_P99_MS && report.failures.length === 0;
   allMet &&= met;
-  for (const failure of report.failures) console.log(`WRONG RESULT: ${failure}`);
-  console.log(`${report.engine}: worst p99 ${fmt(worst)} ms (target <= ${TARGET_P99_MS} ms): ${verdict(met)}\n`);
+  for (const failure of report.failures) printLine(`WRONG RESULT: ${failure}`);
+  printLine(`${report.engine}: worst p99 ${fmt(worst)} ms (target <= ${TARGET_P99_MS} ms): ${verdict(met)}\n`);
 }
-console.log(
+printLine(
   `Overall: ${verdict(allMet)}${engines.includes("postgres") ? "" : " (SQLite only: set TEST_POSTGRES_URL for PostgreSQL)"}`,
 );

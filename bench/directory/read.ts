@@ -15,6 +15,8 @@
  * default 10), --connections N (default 50), --threads N (wrk threads, default 1),
  * --generator wrk|autocannon|node, --cpu-prof DIR (profile the directory process into DIR).
  */
+
+import { printLine } from "../report.js";
 import { createStore, loadStore } from "./lib/dataset.js";
 import { LoadGenerator, type LoadResult, pickGenerator } from "./lib/load.js";
 import { type Child, startChild } from "./lib/processes.js";
@@ -106,11 +108,11 @@ try {
   const ratios = base.results.map((r, i) => (dir.results[i] as LoadResult).rps / r.rps);
   const ratio = rps(dir) / rps(base);
   const failed = [...base.results, ...dir.results].some((r) => r.errors > 0 || r.non2xx > 0);
-  console.log(
+  printLine(
     `\nGET /v1/listings/{did}: ${COUNT} listings (SQLite), ${CONNECTIONS} connections, ${ROUNDS} alternating rounds of ${SECONDS} s, load from ${kind}`,
   );
-  console.log(`rate limiter on (DIRECTORY_RATE_LIMITS=${RATE_LIMITS}), LOG_LEVEL=warn\n`);
-  console.log(
+  printLine(`rate limiter on (DIRECTORY_RATE_LIMITS=${RATE_LIMITS}), LOG_LEVEL=warn\n`);
+  printLine(
     table(
       ["server", "median req/s", "min req/s", "max req/s", "median p50 ms", "median p99 ms"],
       subjects.map((s) => [
@@ -123,8 +125,8 @@ try {
       ]),
     ),
   );
-  console.log(`\nper-round ratios: ${ratios.map((r) => fmt(r)).join(", ")}`);
-  console.log(
+  printLine(`\nper-round ratios: ${ratios.map((r) => fmt(r)).join(", ")}`);
+  printLine(
     `ratio directory / baseline (medians): ${fmt(ratio)}x, target >= ${TARGET}x: ${verdict(ratio >= TARGET && !failed)}${
       failed ? " (errors or non-2xx answers seen)" : ""
     }`,

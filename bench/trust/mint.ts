@@ -37,6 +37,7 @@ import { fileURLToPath } from "node:url";
 import { createAttestationVerifier, encodeDidKey, rawPublicKey, seedOfPrivateKey, signRequest } from "@proto/protocol";
 import { Redis } from "ioredis";
 import pg from "pg";
+import { printLine } from "../report.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
@@ -406,12 +407,12 @@ async function runEngine(engine: string): Promise<EngineResult> {
 
 // ---- main -----------------------------------------------------------------------------------
 
-console.log(
+printLine(
   `trust mint bench: ${AGENTS} agents, ${fmt(WARMUP)} warm-up + ${fmt(REQUESTS)} timed requests, ` +
     `${CONNECTIONS} connections over ${WORKERS} generator process(es)`,
 );
 const baseline = await cryptoBaseline();
-console.log(
+printLine(
   `crypto-only (1 Ed25519 verify + 1 Ed25519 sign + 1 SHA-256, one thread): ${fmt(baseline.best)} /s ` +
     `(best of ${baseline.rounds} rounds; median ${fmt(baseline.median)} /s; ` +
     `${fmt(1e6 / baseline.cpuBest)} µs CPU per op)`,
@@ -420,7 +421,7 @@ console.log(
 const availableCores = availableParallelism();
 const engines = ENGINES.filter((e) => {
   if (e === "postgres" && !POSTGRES_URL) {
-    console.log("postgres: skipped (TEST_POSTGRES_URL not set)");
+    printLine("postgres: skipped (TEST_POSTGRES_URL not set)");
     return false;
   }
   return e === "sqlite" || e === "postgres";
@@ -430,7 +431,7 @@ for (const engine of engines) {
   const result = await runEngine(engine);
   outcomes.push(result);
   const errorText = Object.keys(result.errors).length === 0 ? "none" : JSON.stringify(result.errors);
-  console.log(
+  printLine(
     `\n${engine}: ${result.store}\n` +
       `  setup: ${AGENTS} agents linked in ${fmt(result.linkMs / 1000, 1)}s; requests pre-signed in ${fmt(result.prepareMs / 1000, 1)}s\n` +
       `  mint: ${fmt(result.rate)} /s  (${fmt(result.ok)} ok, errors: ${errorText})\n` +
@@ -447,8 +448,8 @@ for (const engine of engines) {
   );
 }
 
-console.log("\n==== summary ====");
-console.log(
+printLine("\n==== summary ====");
+printLine(
   `crypto-only baseline: ${fmt(baseline.best)} /s (target ${TARGET_RATIO * 100}% = ${fmt(baseline.best * TARGET_RATIO)} /s)`,
 );
 let verdict = "NOT MEASURED";
@@ -456,14 +457,14 @@ for (const r of outcomes) {
   const ratio = r.rate / baseline.best;
   const valid = Object.keys(r.errors).length === 0;
   const mark = !valid ? "INVALID (errors)" : ratio >= TARGET_RATIO ? "MET" : "NOT MET";
-  console.log(
+  printLine(
     `${r.engine.padEnd(9)} ${fmt(r.rate).padStart(7)} mints/s  ${fmt(ratio * 100, 1).padStart(5)}%  ` +
       `p50 ${fmt(r.p50, 2)} ms  p99 ${fmt(r.p99, 2)} ms  ${r.engine === "sqlite" ? mark : `(${mark} vs target, informational)`}`,
   );
   if (r.engine === "sqlite") verdict = mark;
 }
-console.log(`target (SQLite >= ${TARGET_RATIO * 100}% of crypto-only): ${verdict}`);
-console.log(
+printLine(`target (SQLite >= ${TARGET_RATIO * 100}% of crypto-only): ${verdict}`);
+printLine(
   "(CPU-time view: server CPU per mint against crypto CPU per op, both single-thread: the ratio the server " +
     "would reach with a core to itself; informational, for runs on a busy machine)",
 );

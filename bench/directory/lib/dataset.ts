@@ -14,7 +14,11 @@ import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import pg from "pg";
 import { listingBody } from "../../../packages/server/src/directory/listing.js";
-import { type DirectorySchema, directoryMigrations } from "../../../packages/server/src/directory/migrations.js";
+import {
+  type DirectorySchema,
+  directoryMigrations,
+  type ListingRow,
+} from "../../../packages/server/src/directory/migrations.js";
 import { openDatabase } from "../../../packages/server/src/platform/database.js";
 
 // ---- deterministic randomness ---------------------------------------------------------------
@@ -155,25 +159,8 @@ export const RARE_TAGS = Array.from({ length: 20 }, (_, i) => `rare-tag-${String
 
 // ---- rows -----------------------------------------------------------------------------------
 
-export interface GeneratedRow {
-  id: number;
-  service_did: string;
-  host: string;
-  discovery_url: string;
-  discovery_doc: string;
-  title: string | null;
-  description: string | null;
-  tags: string;
-  status: string;
-  fetched_at: number;
-  first_listed_at: number;
-  updated_at: number;
-  failure_count: number;
-  stale_since: number | null;
-  next_check_at: number;
-  lease_until: number | null;
-  body: string;
-  /** The tags, parsed (not a column). */
+/** A listing row as the store keeps it, plus its tags parsed (not a column). */
+export interface GeneratedRow extends ListingRow {
   tagList: string[];
 }
 
