@@ -6,7 +6,7 @@
  * a server in this process.
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,12 +22,11 @@ import {
   writeProofFile,
 } from "@proto/agent";
 import { buildDirectoryApp, buildTrustApp, readDirectoryConfig, readTrustConfig } from "@proto/server";
-import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
-import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import { createTestCA, launchChromium, type TestFetch, testFetch } from "@proto/testkit";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "../../../packages/server/test/support/smtp.js";
 import { buildNotesService, MAX_NOTE_LENGTH, type NotesService } from "../src/app.js";
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const NOTES_HOST = "notes.test";
 const OWNER_EMAIL = `owner-${Math.random().toString(36).slice(2, 10)}@mail.test`;
 // Markup in a note must reach the owner as text.
@@ -52,30 +51,6 @@ const quiet = () =>
     },
   });
 
-async function launchBrowser(hostRule: string): Promise<{ browser?: Browser; skip?: string }> {
-  if (!existsSync(CHROMIUM)) return { skip: `Chromium not found at ${CHROMIUM} (apt-get install chromium)` };
-  try {
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        "--disable-sync",
-        // The notes service's name, as the directory and the agent reach it.
-        `--host-resolver-rules=${hostRule}`,
-      ],
-    });
-    return { browser };
-  } catch (error) {
-    // CI installs Chromium: there a browser that is present but does not start is a failure.
-    if (process.env.CI) throw error;
-    return { skip: `Chromium at ${CHROMIUM} did not start: ${(error as Error).message.split("\n")[0]}` };
-  }
-}
-
 /** The JSON of an answer the SDK's fetch returned. */
 // biome-ignore lint/suspicious/noExplicitAny: answers of many shapes, asserted field by field
 async function json(response: Response): Promise<any> {
@@ -88,7 +63,7 @@ function errorCode(body: { error?: { code?: unknown } }): unknown {
 
 const notesPort = await freePort();
 const publicUrl = `https://${NOTES_HOST}:${notesPort}`;
-const launched = await launchBrowser(`MAP ${NOTES_HOST} 127.0.0.1`);
+const launched = await launchChromium([`--host-resolver-rules=MAP ${NOTES_HOST} 127.0.0.1`]);
 if (launched.skip !== undefined) process.stdout.write(`# browser part of the story skipped: ${launched.skip}\n`);
 
 describe("the notes service: agent signs up, writes, invites; owner claims in a browser; listed", {

@@ -7,10 +7,9 @@
  * sitemap's links to the pages.
  */
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
-import { DISCOVERY_PATH } from "@proto/testkit";
-import { type Browser, type BrowserContext, chromium, type Locator, type Page, type Response } from "playwright-core";
+import { DISCOVERY_PATH, launchChromium } from "@proto/testkit";
+import type { Browser, BrowserContext, Locator, Page, Response } from "playwright-core";
 import { readDirectoryConfig } from "../src/directory/config.js";
 import { ConfigError } from "../src/platform/env.js";
 import {
@@ -22,7 +21,6 @@ import {
 } from "./support/directory.js";
 import { STORE_VARIANTS } from "./support/stores.js";
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const VARIANT = STORE_VARIANTS[0] ?? { name: "sqlite", engine: "sqlite" as const, redis: false };
 const DAY = 86400;
 /** Everything but the pages' own limit, raised so that setting up never meets a limiter. */
@@ -90,29 +88,7 @@ function assertPageHeaders(res: { headers: Headers } | HttpResult, where: string
 
 // ---- in a browser -----------------------------------------------------------------------------
 
-async function launchBrowser(): Promise<{ browser?: Browser; skip?: string }> {
-  if (!existsSync(CHROMIUM)) return { skip: `Chromium not found at ${CHROMIUM} (apt-get install chromium)` };
-  try {
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        "--disable-sync",
-      ],
-    });
-    return { browser };
-  } catch (error) {
-    // CI installs Chromium: there a browser that is present but does not start is a failure.
-    if (process.env.CI) throw error;
-    return { skip: `Chromium at ${CHROMIUM} did not start: ${(error as Error).message.split("\n")[0]}` };
-  }
-}
-
-const launched = await launchBrowser();
+const launched = await launchChromium();
 if (launched.skip !== undefined) process.stdout.write(`# browser tests skipped: ${launched.skip}\n`);
 
 /** The text a person sees in an element (rendered, so hidden parts are left out). */

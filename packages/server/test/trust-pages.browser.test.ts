@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { type Browser, type BrowserContext, chromium, type Locator, type Page, type Response } from "playwright-core";
+import { launchChromium } from "@proto/testkit";
+import type { Browser, BrowserContext, Locator, Page, Response } from "playwright-core";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
 import { STORE_VARIANTS } from "./support/stores.js";
 import {
@@ -22,35 +23,12 @@ import {
  * playwright-core), with sign-in mail delivered over SMTP to a server in this process.
  */
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const AUD = "did:web:service.example";
 const MAIL_FROM = "proto trust <signin@trust.test>";
 // Markup in an agent label must come out as text, in element content and in attributes alike.
 const HOSTILE_LABEL = `Ada's "agent" <script>alert(1)</script>`;
 
-async function launchBrowser(): Promise<{ browser?: Browser; skip?: string }> {
-  if (!existsSync(CHROMIUM)) return { skip: `Chromium not found at ${CHROMIUM} (apt-get install chromium)` };
-  try {
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        "--disable-sync",
-      ],
-    });
-    return { browser };
-  } catch (error) {
-    // CI installs Chromium: there a browser that is present but does not start is a failure.
-    if (process.env.CI) throw error;
-    return { skip: `Chromium at ${CHROMIUM} did not start: ${(error as Error).message.split("\n")[0]}` };
-  }
-}
-
-const launched = await launchBrowser();
+const launched = await launchChromium();
 if (launched.skip !== undefined) process.stdout.write(`# browser tests skipped: ${launched.skip}\n`);
 
 /** A loopback page the agent listens on for the link page's redirect after confirmation. */

@@ -16,3 +16,6 @@ export type { Sentinel, SentinelOptions } from "./sentinel.js";
 export { startSentinel } from "./sentinel.js";
 export type { VectorFile, VectorFolder } from "./vectors.js";
 export { loadVectorFile, loadVectors, vectorsDir } from "./vectors.js";
+export { CHROMIUM_PATH, launchChromium } from "./browser.js";
+export { TEST_POSTGRES_URL, createTestDatabase } from "./database.js";
+export type { TestDatabase } from "./database.js";

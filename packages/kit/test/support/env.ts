@@ -1,10 +1,7 @@
 import { generateKeyPairSync, type KeyObject, randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { encodeDidKey, rawPublicKey } from "@proto/protocol";
-import pg from "pg";
+import { createTestDatabase as createSharedTestDatabase } from "@proto/testkit";
 
 /** The store variants a suite runs on: SQLite always, PostgreSQL when `TEST_POSTGRES_URL` is set. */
 export const POSTGRES_URL = process.env.TEST_POSTGRES_URL;
@@ -18,35 +15,9 @@ export function reportSkippedEngines(): void {
   if (!POSTGRES_URL) process.stdout.write("# TEST_POSTGRES_URL not set: PostgreSQL variants skipped\n");
 }
 
-export interface TestDatabase {
-  url: string;
-  drop(): Promise<void>;
-}
-
-/** A database of its own for one suite: a SQLite file in a temp folder, or a new PostgreSQL database. */
-export async function createTestDatabase(engine: "sqlite" | "postgres"): Promise<TestDatabase> {
-  if (engine === "sqlite") {
-    const dir = mkdtempSync(join(tmpdir(), "proto-kit-test-"));
-    return { url: `sqlite:${join(dir, "kit.db")}`, drop: async () => rmSync(dir, { recursive: true, force: true }) };
-  }
-  if (!POSTGRES_URL) throw new Error("TEST_POSTGRES_URL is not set");
-  const name = `proto_kit_${randomBytes(6).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: POSTGRES_URL });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const url = new URL(POSTGRES_URL);
-  url.pathname = `/${name}`;
-  return {
-    url: url.href,
-    async drop() {
-      const client = new pg.Client({ connectionString: POSTGRES_URL });
-      await client.connect();
-      await client.query(`drop database if exists ${name} with (force)`);
-      await client.end();
-    },
-  };
-}
+/** A database of its own for one suite (see `@proto/testkit`). */
+export const createTestDatabase = (engine: "sqlite" | "postgres") => createSharedTestDatabase(engine, "proto_kit");
+export type { TestDatabase } from "@proto/testkit";
 
 /** A clock tests move forward; the attestor and every kit of a suite read it. */
 export class TestClock {
