@@ -23,7 +23,9 @@ export async function launchChromium(extraArgs: string[] = []): Promise<{ browse
     return { skip: `Chromium not found at ${CHROMIUM_PATH} (apt-get install chromium)` };
   }
   try {
-    return { browser: await chromium.launch({ executablePath: CHROMIUM_PATH, args: [...CHROMIUM_ARGS, ...extraArgs] }) };
+    return {
+      browser: await chromium.launch({ executablePath: CHROMIUM_PATH, args: [...CHROMIUM_ARGS, ...extraArgs] }),
+    };
   } catch (error) {
     if (process.env.CI) throw error;
     return { skip: `Chromium at ${CHROMIUM_PATH} did not start: ${(error as Error).message.split("\n")[0]}` };

@@ -1,5 +1,8 @@
+export { CHROMIUM_PATH, launchChromium } from "./browser.js";
 export type { IssuedCert, IssueOptions, TestCA, TestCAOptions } from "./ca.js";
 export { createTestCA } from "./ca.js";
+export type { TestDatabase } from "./database.js";
+export { createTestDatabase, TEST_POSTGRES_URL } from "./database.js";
 export type { TestFetch, TestFetchOptions } from "./http-client.js";
 export { createTestAgent, parseResolveEntries, testFetch } from "./http-client.js";
 export type {
@@ -16,6 +19,3 @@ export type { Sentinel, SentinelOptions } from "./sentinel.js";
 export { startSentinel } from "./sentinel.js";
 export type { VectorFile, VectorFolder } from "./vectors.js";
 export { loadVectorFile, loadVectors, vectorsDir } from "./vectors.js";
-export { CHROMIUM_PATH, launchChromium } from "./browser.js";
-export { TEST_POSTGRES_URL, createTestDatabase } from "./database.js";
-export type { TestDatabase } from "./database.js";
