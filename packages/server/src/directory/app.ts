@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
 import { openDatabase } from "../platform/database.js";
-import { registerHealthRoutes } from "../platform/health.js";
+import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
 import { registerOpenApi } from "../platform/openapi.js";
@@ -134,6 +134,7 @@ export async function buildDirectoryApp(
     mirror,
     async close() {
       readiness.accepting = false;
+      await drainDelay(config.platform.shutdownDelaySeconds);
       if (timer !== undefined) clearInterval(timer);
       // First, so a test hook waiting on a pass answers and draining does not wait on the upstream.
       await mirror?.stop();

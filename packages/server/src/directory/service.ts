@@ -108,7 +108,8 @@ export class DirectoryService {
     const since = now - cap.windowSeconds * 1000;
     const token = randomToken("ch_", 16);
     const expiresAt = now + this.#settings.challengeTtlSeconds * 1000;
-    await this.#kdb.transaction().execute(async (trx) => {
+    // Count-then-insert under a per-host lock: replicas issuing together cannot all see room.
+    await this.#db.exclusive(`proto:dir:challenge-host:${location.host}`, async (trx) => {
       if ((await store.countActiveChallenges(trx, location.host, since, now)) >= cap.limit) {
         const oldest = await store.oldestActiveChallenge(trx, location.host, since, now);
         const freesAt = oldest
@@ -178,7 +179,7 @@ export class DirectoryService {
   ): Promise<{ created: boolean; session: SessionIssued }> {
     const now = this.#clock.now();
     const serviceDid = document.service_did as string;
-    const existing = await store.findListing(trx, serviceDid);
+    const existing = await this.#lockedListing(trx, { serviceDid });
     const live = existing !== undefined && existing.status !== "deleted";
     if (live && existing.host !== location.host) {
       throw conflict(`${serviceDid} is listed from another host`);
@@ -276,20 +277,33 @@ export class DirectoryService {
     return parseDiscoveryBody(response.body);
   }
 
-  /** The session behind a bearer token, allowed to act on `serviceDid`. */
+  /**
+   * The session behind a bearer token, allowed to act on `serviceDid`. Inside a transaction the
+   * listing row comes back locked, so an update, a withdrawal and a revalidation outcome each
+   * apply to the row as the previous one left it.
+   */
   async #authorize(db: store.Db, serviceDid: string, bearer: string | undefined): Promise<ListingRow> {
     if (bearer === undefined) throw unauthorized("an Authorization: Bearer session token is required");
-    const session = await store.findSession(db, hashToken(bearer));
+    const tokenHash = hashToken(bearer);
+    const session = await store.findSession(db, tokenHash);
     const invalid = unauthorized("the session token is invalid, expired or revoked");
     if (session === undefined) throw invalid;
-    const live = session.revoked_at === null && session.expires_at > this.#clock.now();
+    let live = session.revoked_at === null && session.expires_at > this.#clock.now();
     if (session.service_did !== serviceDid) {
       throw live ? forbidden("the session token is bound to another listing") : invalid;
     }
     // A token issued for this very listing: once the listing is deleted (which revoked the token),
     // the answer is 404, as decisions §6 has it, rather than a 401 that hides why.
-    const listing = await store.findListing(db, serviceDid);
+    const listing = db.isTransaction
+      ? await this.#lockedListing(db, { serviceDid })
+      : await store.findListing(db, serviceDid);
     if (listing === undefined || listing.status === "deleted") throw notFound("no listing for that DID");
+    if (live && db.isTransaction) {
+      // Read again under the row lock: a re-registration or withdrawal that committed while this
+      // request waited for the lock has revoked the token.
+      const current = await store.findSession(db, tokenHash);
+      live = current !== undefined && current.revoked_at === null;
+    }
     if (!live) throw invalid;
     return listing;
   }
@@ -409,7 +423,7 @@ export class DirectoryService {
       // The owner may have updated or withdrawn the listing while it was being fetched: the
       // outcome applies to the row as it is now. A lease that is no longer ours means the row was
       // registered again (or another pass took over); that writer's state stands.
-      const current = await this.#lockedListing(trx, listing.id);
+      const current = await this.#lockedListing(trx, { id: listing.id });
       if (current === undefined || current.lease_until !== leaseUntil) return;
       if (current.status === "deleted") {
         await store.saveBookkeeping(trx, current.id, { lease_until: null });
@@ -453,10 +467,11 @@ export class DirectoryService {
 
   /**
    * The listing row, locked until the transaction ends on PostgreSQL (SQLite runs one transaction
-   * at a time). TODO(store owner): move into store.ts as `findListingForUpdate`.
+   * at a time).
    */
-  #lockedListing(trx: store.Db, id: number): Promise<ListingRow | undefined> {
-    const query = trx.selectFrom("dir_listings").selectAll().where("id", "=", id);
+  #lockedListing(trx: store.Db, key: { id: number } | { serviceDid: string }): Promise<ListingRow | undefined> {
+    const base = trx.selectFrom("dir_listings").selectAll();
+    const query = "id" in key ? base.where("id", "=", key.id) : base.where("service_did", "=", key.serviceDid);
     return (this.#db.engine === "postgres" ? query.forUpdate() : query).executeTakeFirst();
   }
 

@@ -15,6 +15,11 @@ export interface PlatformConfig {
   fetch: { allowPrivate: boolean; resolve: ReadonlyMap<string, string> };
   /** `METRICS_TOKEN`: the bearer secret of `GET /metrics`; unset, the route does not exist. */
   metricsToken: string | undefined;
+  /**
+   * `SHUTDOWN_DELAY_SECONDS`: how long `/readyz` answers 503 before the server stops listening,
+   * so load balancers take the replica out while it still serves what they send.
+   */
+  shutdownDelaySeconds: number;
 }
 
 /** Shortest bearer secret accepted for the operator routes (`/metrics`, the directory's admin API). */
@@ -62,6 +67,7 @@ export function readPlatformConfig(reader: EnvReader): PlatformConfig {
     testHooks,
     fetch: { allowPrivate, resolve },
     metricsToken: readOperatorToken(reader, "METRICS_TOKEN"),
+    shutdownDelaySeconds: reader.integer("SHUTDOWN_DELAY_SECONDS", 0, 0, 300),
   };
 }
 

@@ -11,6 +11,13 @@ export interface Database<DB> {
   engine: Engine;
   /** True when the store answers a trivial query. */
   ping(): Promise<boolean>;
+  /**
+   * Runs `work` in a transaction that holds the lock `name` until it ends, across every process
+   * sharing the store: on PostgreSQL a transaction-scoped advisory lock, on SQLite the database's
+   * write lock taken at BEGIN IMMEDIATE. For check-then-act work that must not interleave
+   * (a rotation checking for a pending key, a per-host cap counting before it inserts).
+   */
+  exclusive<T>(name: string, work: (trx: Kysely<DB>) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -170,6 +177,27 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
       } catch {
         return false;
       }
+    },
+    exclusive<T>(name: string, work: (trx: Kysely<DB>) => Promise<T>): Promise<T> {
+      if (engine === "postgres") {
+        return db.transaction().execute(async (trx) => {
+          await sql`select pg_advisory_xact_lock(hashtextextended(${name}, 0))`.execute(trx);
+          return work(trx);
+        });
+      }
+      // Kysely's SQLite transactions begin DEFERRED, which takes the write lock only at the first
+      // write: another process could read the same state in between. IMMEDIATE takes it at once.
+      return db.connection().execute(async (connection) => {
+        await sql`begin immediate`.execute(connection);
+        try {
+          const result = await work(connection);
+          await sql`commit`.execute(connection);
+          return result;
+        } catch (error) {
+          await sql`rollback`.execute(connection);
+          throw error;
+        }
+      });
     },
     async close() {
       syncReaders.delete(db);

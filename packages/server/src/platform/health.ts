@@ -1,4 +1,13 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
+
+/**
+ * The pause between `/readyz` turning unready and the server closing: real time, not the
+ * service clock, since it waits on load balancers' health checks.
+ */
+export async function drainDelay(seconds: number): Promise<void> {
+  if (seconds > 0) await sleep(seconds * 1000);
+}
 
 export interface Readiness {
   /** False once shutdown begins, so load balancers stop sending work first. */

@@ -87,7 +87,9 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     // The client address is read that many hops from the right of X-Forwarded-For.
     trustProxy: (_address: string, hop: number) => hop < options.trustedProxyHops,
     logController: new LogController({ disableRequestLogging: true }),
-    return503OnClosing: true,
+    // Requests that reach a closing server on a kept-alive connection are served (with
+    // `Connection: close`): Fastify's own 503 would carry a body outside the error envelope.
+    return503OnClosing: false,
     routerOptions: { maxParamLength: 2048 },
   });
 

@@ -2,7 +2,7 @@ import { MemoryNonceStore, RedisNonceStore } from "@proto/protocol";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
 import { openDatabase } from "../platform/database.js";
-import { registerHealthRoutes } from "../platform/health.js";
+import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
 import { registerOpenApi } from "../platform/openapi.js";
@@ -60,7 +60,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     migrationTable: "trust_migrations",
   });
   const keys = new KeyRing({
-    db: database.db,
+    database,
     keyEncryptionKey: config.secrets.keyEncryptionKey,
     clock: parts.clock,
     publishLeadSeconds: config.settings.keyPublishLeadSeconds,
@@ -182,6 +182,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     mailer,
     async close() {
       readiness.accepting = false;
+      await drainDelay(config.platform.shutdownDelaySeconds);
       clearInterval(timer);
       await app.close();
       await database.close();

@@ -3,6 +3,7 @@ import { privateKeyFromSeed, rawPublicKey, seedOfPrivateKey } from "@proto/proto
 import { calculateJwkThumbprint } from "jose";
 import type { Kysely } from "kysely";
 import type { Clock } from "../platform/clock.js";
+import type { Database } from "../platform/database.js";
 import type { SigningKeyRow, TrustSchema } from "./migrations.js";
 
 export interface PublicJwk {
@@ -26,6 +27,9 @@ interface LoadedKey {
 
 const ENVELOPE_VERSION = "v1";
 
+/** Every replica (and `proto-server trust rotate-keys`) takes this lock before it adds a key. */
+const ROTATION_LOCK = "proto:trust:signing-key-rotation";
+
 /** AES-256-GCM under the key-encryption key, bound to the kid so rows cannot be swapped. */
 export function sealSeed(kek: Buffer, kid: string, seed: Uint8Array): string {
   const iv = randomBytes(12);
@@ -47,7 +51,7 @@ export function openSeed(kek: Buffer, kid: string, envelope: string): Uint8Array
 }
 
 export interface KeyRingOptions {
-  db: Kysely<TrustSchema>;
+  database: Database<TrustSchema>;
   keyEncryptionKey: Buffer;
   clock: Clock;
   /** A new key is published this long before it signs (>= 900 s). */
@@ -75,30 +79,38 @@ export class KeyRing {
     this.#options = options;
   }
 
-  /** Loads the keys, creating the very first one (active at once: there is nothing to roll from). */
+  /**
+   * Loads the keys, creating the very first one (active at once: there is nothing to roll from).
+   * Replicas starting together on an empty store create one key between them, not one each.
+   */
   async start(): Promise<void> {
     await this.reload();
-    if (this.#keys.length === 0) {
+    if (this.#keys.length > 0) return;
+    await this.#options.database.exclusive(ROTATION_LOCK, async (trx) => {
+      if ((await loadKeyRows(trx)).length > 0) return;
       const now = this.#options.clock.now();
-      await this.#insertKey(now, now);
-      await this.reload();
-    }
+      await this.#insertKey(trx, now, now);
+    });
+    await this.reload();
   }
 
   async reload(): Promise<void> {
     this.#loading ??= (async () => {
-      const rows = await this.#options.db.selectFrom("trust_signing_keys").selectAll().orderBy("activate_at").execute();
-      const previous = new Map(this.#keys.map((k) => [k.row.kid, k.privateKey]));
-      this.#keys = rows.map((row) => ({
-        row,
-        jwk: { kty: "OKP", crv: "Ed25519", kid: row.kid, x: row.public_x },
-        privateKey: previous.get(row.kid),
-      }));
-      this.#loadedAt = this.#options.clock.now();
+      this.#adopt(await loadKeyRows(this.#options.database.db));
     })().finally(() => {
       this.#loading = undefined;
     });
     return this.#loading;
+  }
+
+  #adopt(rows: SigningKeyRow[]): void {
+    const previous = new Map(this.#keys.map((k) => [k.row.kid, k.privateKey]));
+    this.#keys = rows.map((row) => ({
+      row,
+      jwk: { kty: "OKP", crv: "Ed25519", kid: row.kid, x: row.public_x },
+      privateKey: previous.get(row.kid),
+    }));
+    this.#loadedAt = this.#options.clock.now();
   }
 
   /** Reloads when the cached list is older than the refresh period (another replica may have rotated). */
@@ -147,42 +159,53 @@ export class KeyRing {
 
   /**
    * Starts a rotation: a new key published now that signs only after the lead time. A rotation
-   * already under way (a key published but not yet active) is reused, never doubled.
+   * already under way (a key published but not yet active) is reused, never doubled, whichever
+   * replica or process asks.
    */
   rotate(): Promise<{ kid: string; publish_at: number; activate_at: number }> {
-    // One at a time: two rotations checking for a pending key together would each insert one.
-    const run = this.#rotation.then(() => this.#rotateNow());
-    this.#rotation = run.catch(() => undefined);
-    return run;
-  }
-
-  async #rotateNow(): Promise<{ kid: string; publish_at: number; activate_at: number }> {
-    await this.reload();
-    const now = this.#options.clock.now();
-    const pending = this.#keys.find((k) => k.row.activate_at > now);
-    if (pending !== undefined) {
-      return { kid: pending.row.kid, publish_at: pending.row.publish_at, activate_at: pending.row.activate_at };
-    }
-    const row = await this.#insertKey(now, now + this.#options.publishLeadSeconds * 1000);
-    await this.reload();
-    return { kid: row.kid, publish_at: row.publish_at, activate_at: row.activate_at };
+    return this.#serialised(async (trx, rows) => {
+      const now = this.#options.clock.now();
+      const pending = rows.find((row) => row.activate_at > now);
+      if (pending !== undefined) return pending;
+      return this.#insertKey(trx, now, now + this.#options.publishLeadSeconds * 1000);
+    }).then((row) => ({ kid: row.kid, publish_at: row.publish_at, activate_at: row.activate_at }));
   }
 
   /** Rotates when the newest key is older than the rotation period. */
   async rotateIfDue(): Promise<boolean> {
     await this.reload();
     const newest = this.#keys.at(-1);
-    if (
-      newest !== undefined &&
-      newest.row.created_at + this.#options.rotationSeconds * 1000 > this.#options.clock.now()
-    ) {
+    // The common answer needs no lock: the newest key is young.
+    if (newest !== undefined && newest.row.created_at + this.#options.rotationSeconds * 1000 > this.#options.clock.now())
       return false;
-    }
-    await this.rotate();
-    return true;
+    return this.#serialised(async (trx, rows) => {
+      const now = this.#options.clock.now();
+      const newest = rows.at(-1);
+      if (newest !== undefined && newest.created_at + this.#options.rotationSeconds * 1000 > now) return false;
+      if (rows.some((row) => row.activate_at > now)) return false;
+      await this.#insertKey(trx, now, now + this.#options.publishLeadSeconds * 1000);
+      return true;
+    });
   }
 
-  async #insertKey(publishAt: number, activateAt: number): Promise<SigningKeyRow> {
+  /**
+   * Runs `decide` on the key rows as they are under the cluster-wide rotation lock, then reloads.
+   * Two rotations that each checked for a pending key before either inserted would add two keys;
+   * the lock makes the check and the insert one step everywhere.
+   */
+  #serialised<T>(decide: (trx: Kysely<TrustSchema>, rows: SigningKeyRow[]) => Promise<T>): Promise<T> {
+    const run = this.#rotation.then(async () => {
+      const result = await this.#options.database.exclusive(ROTATION_LOCK, async (trx) =>
+        decide(trx, await loadKeyRows(trx)),
+      );
+      await this.reload();
+      return result;
+    });
+    this.#rotation = run.catch(() => undefined);
+    return run;
+  }
+
+  async #insertKey(trx: Kysely<TrustSchema>, publishAt: number, activateAt: number): Promise<SigningKeyRow> {
     const { privateKey, publicKey } = generateKeyPairSync("ed25519");
     const x = Buffer.from(rawPublicKey(publicKey)).toString("base64url");
     const kid = await calculateJwkThumbprint({ kty: "OKP", crv: "Ed25519", x });
@@ -194,7 +217,11 @@ export class KeyRing {
       publish_at: publishAt,
       activate_at: activateAt,
     };
-    await this.#options.db.insertInto("trust_signing_keys").values(row).execute();
+    await trx.insertInto("trust_signing_keys").values(row).execute();
     return row;
   }
+}
+
+function loadKeyRows(db: Kysely<TrustSchema>): Promise<SigningKeyRow[]> {
+  return db.selectFrom("trust_signing_keys").selectAll().orderBy("activate_at").execute();
 }
