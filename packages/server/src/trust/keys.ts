@@ -176,7 +176,10 @@ export class KeyRing {
     await this.reload();
     const newest = this.#keys.at(-1);
     // The common answer needs no lock: the newest key is young.
-    if (newest !== undefined && newest.row.created_at + this.#options.rotationSeconds * 1000 > this.#options.clock.now())
+    if (
+      newest !== undefined &&
+      newest.row.created_at + this.#options.rotationSeconds * 1000 > this.#options.clock.now()
+    )
       return false;
     return this.#serialised(async (trx, rows) => {
       const now = this.#options.clock.now();
