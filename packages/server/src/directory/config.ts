@@ -80,6 +80,8 @@ export function readDirectoryConfig(env: Env = process.env, platform?: PlatformC
       concurrency: reader.integer("DIRECTORY_REVALIDATE_CONCURRENCY", defaults.revalidation.concurrency, 1, 256),
       tickSeconds: reader.integer("DIRECTORY_REVALIDATE_TICK_SECONDS", defaults.revalidation.tickSeconds, 0, 86400),
     },
+    readCacheBytes:
+      reader.integer("DIRECTORY_READ_CACHE_MB", defaults.readCacheBytes / (1024 * 1024), 0, 16384) * 1024 * 1024,
     rateLimits: readLimitOverrides(reader, "DIRECTORY_RATE_LIMITS", DEFAULT_DIRECTORY_SETTINGS.rateLimits),
   };
   const config: DirectoryConfig = {

@@ -1,10 +1,11 @@
 import { DISCOVERY_SCHEMA } from "@proto/protocol";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, invalidRequest } from "../platform/errors.js";
-import { rateLimitHook } from "../platform/http.js";
+import { addFastRoute, rateLimitHook } from "../platform/http.js";
 import { ERROR_ENVELOPE, type OpenApiOptions } from "../platform/openapi.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
 import { constantTimeEqual } from "../platform/tokens.js";
+import { answerItem, ITEM_PATTERN, itemReadFastRoute } from "./item-read.js";
 import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
 import type { DirectoryService, ListingPatch, Submission } from "./service.js";
 import type { DirectorySettings } from "./settings.js";
@@ -81,7 +82,6 @@ const listingPage = {
 } as const;
 
 const LIST_CACHE = "public, max-age=30, s-maxage=120";
-const ITEM_CACHE = "public, max-age=60, s-maxage=300";
 
 const tagsSchema = {
   type: "array",
@@ -292,7 +292,7 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
   );
 
   app.get<{ Params: { did: string } }>(
-    "/v1/listings/:did",
+    ITEM_PATTERN,
     {
       schema: {
         summary: "Read one listing",
@@ -307,11 +307,11 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
       },
     },
     async (request, reply) => {
-      const body = await service.get(request.params.did);
-      if (body === undefined) throw new ApiError(404, "not_found", "no listing for that DID");
-      return readHeaders(reply, ITEM_CACHE).type("application/json; charset=utf-8").send(body);
+      const answer = await answerItem(service, request.params.did);
+      return reply.code(answer.status).headers(answer.headers).send(answer.body);
     },
   );
+  addFastRoute(app, itemReadFastRoute(service, limiter, limits.read));
 
   app.get<{ Querystring: { page?: number } }>(
     "/sitemap.xml",

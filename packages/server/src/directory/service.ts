@@ -1,10 +1,11 @@
 import { didWebMatchesHost, validateDiscoveryDocument } from "@proto/protocol";
 import type { Clock } from "../platform/clock.js";
 import type { Database } from "../platform/database.js";
-import { isUniqueViolation } from "../platform/database.js";
+import { changeCounter, isUniqueViolation, syncReader } from "../platform/database.js";
 import { ApiError, conflict, forbidden, notFound, rateLimited, unauthorized } from "../platform/errors.js";
 import { SafeFetchError, type SafeResponse } from "../platform/safe-fetch.js";
 import { constantTimeEqual, hashToken, randomToken } from "../platform/tokens.js";
+import { ListingBodyCache } from "./body-cache.js";
 import { decodeCursor, encodeCursor, type Position } from "./cursor.js";
 import { type DiscoveryLocation, parseDiscoveryUrl } from "./discovery-url.js";
 import { LISTING_STATUSES, type Listing, type ListingStatus, listingBody, rfc3339, toListing } from "./listing.js";
@@ -80,6 +81,7 @@ function uniqueTags(tags: readonly string[]): string[] {
 /** The listing directory's rules, free of HTTP: every method is one operation of the spec. */
 export class DirectoryService {
   readonly #db: Database<DirectorySchema>;
+  readonly #bodies: ListingBodyCache | undefined;
   readonly #clock: Clock;
   readonly #fetcher: Fetcher;
   readonly #settings: DirectorySettings;
@@ -95,6 +97,11 @@ export class DirectoryService {
     this.#clock = deps.clock;
     this.#fetcher = deps.fetcher;
     this.#settings = deps.settings;
+    // Only where reads are synchronous and a change counter sees every commit: SQLite in a file.
+    const changes = changeCounter(this.#kdb);
+    if (changes !== undefined && syncReader(this.#kdb) !== undefined && deps.settings.readCacheBytes > 0) {
+      this.#bodies = new ListingBodyCache(deps.settings.readCacheBytes, changes);
+    }
   }
 
   get #kdb() {
@@ -340,9 +347,10 @@ export class DirectoryService {
     });
   }
 
-  /** The serialised listing, or undefined. */
-  get(serviceDid: string): Promise<string | undefined> {
-    return store.findListingBody(this.#kdb, serviceDid);
+  /** The serialised listing, or undefined; at once (no promise) where the store can answer so. */
+  get(serviceDid: string): string | undefined | Promise<string | undefined> {
+    if (this.#bodies === undefined) return store.findListingBody(this.#kdb, serviceDid);
+    return this.#bodies.get(serviceDid, () => store.findListingBody(this.#kdb, serviceDid) as string | undefined);
   }
 
   async list(request: ListRequest): Promise<ListPage> {

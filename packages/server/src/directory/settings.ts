@@ -13,6 +13,11 @@ export interface DirectorySettings {
     /** How often the in-process scheduler looks for due listings (0: never). */
     tickSeconds: number;
   };
+  /**
+   * Memory for serialised listings served by single-listing reads (0: none). Used on SQLite
+   * only, where any commit, by any process, invalidates it (see body-cache.ts).
+   */
+  readCacheBytes: number;
   rateLimits: {
     challenge: RateLimitRule;
     create: RateLimitRule;
@@ -35,6 +40,7 @@ export const DEFAULT_DIRECTORY_SETTINGS: DirectorySettings = {
     concurrency: 8,
     tickSeconds: 60,
   },
+  readCacheBytes: 64 * 1024 * 1024,
   rateLimits: {
     challenge: { name: "dir.challenge", limit: 30, windowSeconds: 60 },
     create: { name: "dir.create", limit: 10, windowSeconds: 60 },

@@ -112,7 +112,8 @@ export async function findListing(db: Db, serviceDid: string): Promise<ListingRo
 const bodyQueries = new WeakMap<Db, string>();
 const FIND_BODY_SQLITE = 'select "body" from "dir_listings" where "service_did" = ?';
 
-export async function findListingBody(db: Db, serviceDid: string): Promise<string | undefined> {
+/** At once (no promise) where the store has a synchronous reader: SQLite in a file. */
+export function findListingBody(db: Db, serviceDid: string): string | undefined | Promise<string | undefined> {
   const read = syncReader(db);
   if (read !== undefined) return (read(FIND_BODY_SQLITE, [serviceDid])[0] as { body: string } | undefined)?.body;
   let text = bodyQueries.get(db);
@@ -120,8 +121,9 @@ export async function findListingBody(db: Db, serviceDid: string): Promise<strin
     text = db.selectFrom("dir_listings").select("body").where("service_did", "=", serviceDid).compile().sql;
     bodyQueries.set(db, text);
   }
-  const result = await db.executeQuery<{ body: string }>(CompiledQuery.raw(text, [serviceDid]));
-  return result.rows[0]?.body;
+  return db
+    .executeQuery<{ body: string }>(CompiledQuery.raw(text, [serviceDid]))
+    .then((result) => result.rows[0]?.body);
 }
 
 export async function findLiveListingByHost(db: Db, host: string): Promise<ListingRow | undefined> {

@@ -114,6 +114,7 @@ export function engineOf(url: string): Engine {
 export type SyncReader = (sql: string, parameters: readonly unknown[]) => unknown[];
 
 const syncReaders = new WeakMap<object, SyncReader>();
+const changeCounters = new WeakMap<object, () => number>();
 
 /**
  * For a SQLite database in a file, a synchronous reader on a read-only connection of its own,
@@ -126,14 +127,26 @@ export function syncReader(db: object): SyncReader | undefined {
   return syncReaders.get(db);
 }
 
-function openSqliteReader(path: string): { read: SyncReader; close(): void } {
+/**
+ * For a SQLite database in a file, a number that changes whenever any connection (this process's
+ * writer, another process) has committed since the last call: SQLite's `data_version`, read on
+ * the reader connection, which never writes. What reads it may cache anything read from the
+ * store until it changes. Undefined where there is no such reader (PostgreSQL, in memory).
+ */
+export function changeCounter(db: object): (() => number) | undefined {
+  return changeCounters.get(db);
+}
+
+function openSqliteReader(path: string): { read: SyncReader; dataVersion(): number; close(): void } {
   const raw = new BetterSqlite3(resolve(path), { readonly: true, fileMustExist: true });
   raw.pragma("busy_timeout = 5000");
   raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
   raw.pragma("cache_size = -16384");
   registerSqliteFunctions(raw);
   const statements = new Map<string, BetterSqlite3.Statement>();
+  const dataVersion = raw.prepare("pragma data_version").pluck();
   return {
+    dataVersion: () => dataVersion.get() as number,
     read(source, parameters) {
       let statement = statements.get(source);
       if (statement === undefined) {
@@ -166,7 +179,10 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
   }
   const path = url.slice("sqlite:".length);
   const reader = engine === "sqlite" && path !== ":memory:" ? openSqliteReader(path) : undefined;
-  if (reader !== undefined) syncReaders.set(db, reader.read);
+  if (reader !== undefined) {
+    syncReaders.set(db, reader.read);
+    changeCounters.set(db, reader.dataVersion);
+  }
   return {
     db,
     engine,
@@ -201,6 +217,7 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
     },
     async close() {
       syncReaders.delete(db);
+      changeCounters.delete(db);
       reader?.close();
       await db.destroy();
     },

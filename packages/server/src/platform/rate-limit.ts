@@ -32,6 +32,8 @@ export interface RateLimitDecision {
 export interface RateLimiter {
   /** Counts one hit of `key` against `rule` and says whether it may proceed. */
   hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision>;
+  /** The same as hit(), at once, for limiters that keep their counters in this process. */
+  hitSync?(rule: RateLimitRule, key: string): RateLimitDecision;
   close?(): Promise<void>;
 }
 

@@ -31,6 +31,8 @@ export type SiteHandler = (req: import("node:http").IncomingMessage, res: import
 
 export interface DirectoryHarness {
   url: string;
+  /** The store's URL (`sqlite:PATH` or `postgres://...`), for tests that write to it from outside. */
+  databaseUrl: string;
   variant: StoreVariant;
   ca: TestCA;
   app: DirectoryApp;
@@ -108,6 +110,7 @@ export async function startDirectoryHarness(
   let next = 0;
   const harness: DirectoryHarness = {
     url,
+    databaseUrl: database.url,
     variant,
     ca,
     app,

@@ -1,0 +1,159 @@
+/**
+ * `GET /v1/listings/{did}` has two ways in: plain paths are answered ahead of Fastify's router,
+ * everything else (percent-encoded DIDs, query strings, HEAD) by the Fastify route. A client must
+ * not be able to tell them apart: same status, bytes, headers, rate limit and metrics. On SQLite
+ * the read also goes through an in-memory cache, which must never serve a listing older than the
+ * store's, whichever process wrote it.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { randomBytes } from "node:crypto";
+import { encodeDidKey } from "@proto/protocol";
+import BetterSqlite3 from "better-sqlite3";
+import { type DirectoryHarness, didPath, type HttpResult, startDirectoryHarness } from "./support/directory.js";
+import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
+
+reportSkippedVariants();
+
+const METRICS_TOKEN = "metrics-token-for-tests-0123456789";
+const SAME_HEADERS = ["content-type", "cache-control", "access-control-allow-origin", "content-length", "retry-after"];
+
+function assertSameAnswer(fast: HttpResult, routed: HttpResult, label: string): void {
+  assert.equal(fast.status, routed.status, `${label}: status`);
+  assert.equal(fast.text, routed.text, `${label}: body`);
+  for (const name of SAME_HEADERS) {
+    assert.equal(fast.headers.get(name), routed.headers.get(name), `${label}: ${name}`);
+  }
+}
+
+/**
+ * Registers a fresh site whose document declares a did:key: a DID with nothing to
+ * percent-encode, so `/v1/listings/{did}` as written is a plain path.
+ */
+async function registerPlain(h: DirectoryHarness, extra: Record<string, unknown>) {
+  const site = h.site();
+  const did = encodeDidKey(new Uint8Array(randomBytes(32)));
+  site.serveDiscovery(site.document({ service_did: did }));
+  const registered = await h.register(site, extra);
+  assert.equal(registered.did, did);
+  return registered;
+}
+
+/** The request count of one route and status, from `/metrics`. */
+async function requestCount(h: DirectoryHarness, status: number): Promise<number> {
+  const res = await h.request("GET", "/metrics", { headers: { authorization: `Bearer ${METRICS_TOKEN}` } });
+  assert.equal(res.status, 200);
+  const line = res.text
+    .split("\n")
+    .find(
+      (l) =>
+        l.startsWith("proto_http_requests_total{") &&
+        l.includes('method="GET"') &&
+        l.includes('route="/v1/listings/:did"') &&
+        l.includes(`status="${status}"`),
+    );
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
+for (const variant of STORE_VARIANTS) {
+  describe(`single-listing reads, both ways in (${variant.name})`, () => {
+    let h: DirectoryHarness;
+    let did: string;
+
+    before(async () => {
+      h = await startDirectoryHarness(variant, {
+        sites: 4,
+        env: {
+          METRICS_TOKEN,
+          DIRECTORY_RATE_LIMITS: "challenge=1000/60,create=1000/60,write=1000/60,read=12/60",
+        },
+      });
+      ({ did } = await registerPlain(h, { title: "Both ways", tags: ["fast"] }));
+    });
+    after(async () => h?.close());
+
+    test("a plain path, an encoded path, a query string and HEAD give the same answer", async () => {
+      assert.ok(did.startsWith("did:"), did);
+      const plain = await h.request("GET", `/v1/listings/${did}`);
+      assert.equal(plain.status, 200);
+      assert.equal(plain.json.service_did, did);
+      assert.equal(plain.json.title, "Both ways");
+      assert.equal(plain.headers.get("content-type"), "application/json; charset=utf-8");
+      assert.equal(plain.headers.get("cache-control"), "public, max-age=60, s-maxage=300");
+      assert.equal(plain.headers.get("access-control-allow-origin"), "*");
+      assertSameAnswer(plain, await h.request("GET", didPath(did)), "encoded");
+      assertSameAnswer(plain, await h.request("GET", `/v1/listings/${did}?unused=1`), "query string");
+      const head = await h.request("HEAD", `/v1/listings/${did}`);
+      assert.equal(head.status, 200);
+      assert.equal(head.headers.get("cache-control"), plain.headers.get("cache-control"));
+
+      const missing = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
+      const plainMissing = await h.request("GET", `/v1/listings/${missing}`);
+      assert.equal(plainMissing.status, 404);
+      assert.equal(plainMissing.json.error.code, "not_found");
+      assertSameAnswer(plainMissing, await h.request("GET", didPath(missing)), "not found");
+    });
+
+    test("both ways spend the same read limit and answer 429 alike", async () => {
+      // 7 reads so far this window (the test above); the limit is 12.
+      await h.advance(60);
+      const answers: HttpResult[] = [];
+      for (let i = 0; i < 12; i++) {
+        answers.push(await h.request("GET", i % 2 === 0 ? `/v1/listings/${did}` : didPath(did)));
+      }
+      assert.deepEqual(
+        answers.map((a) => a.status),
+        Array(12).fill(200),
+      );
+      const fast = await h.request("GET", `/v1/listings/${did}`);
+      const routed = await h.request("GET", didPath(did));
+      assert.equal(fast.status, 429);
+      assert.equal(fast.json.error.code, "rate_limited");
+      assert.match(fast.headers.get("retry-after") ?? "", /^[1-9][0-9]*$/);
+      assert.equal(fast.headers.get("access-control-allow-origin"), "*");
+      assertSameAnswer(fast, routed, "rate limited");
+    });
+
+    test("reads answered ahead of the router are counted in the metrics", async () => {
+      await h.advance(60);
+      const before200 = await requestCount(h, 200);
+      const before404 = await requestCount(h, 404);
+      await h.request("GET", `/v1/listings/${did}`);
+      await h.request("GET", `/v1/listings/${did}`);
+      await h.request("GET", "/v1/listings/did:web:nobody.example");
+      assert.equal(await requestCount(h, 200), before200 + 2);
+      assert.equal(await requestCount(h, 404), before404 + 1);
+    });
+
+    test("an update is seen by the very next read", async () => {
+      await h.advance(60);
+      const { did: other, token } = await registerPlain(h, { title: "Before" });
+      assert.equal((await h.request("GET", `/v1/listings/${other}`)).json.title, "Before");
+      const patched = await h.request("PATCH", didPath(other), { token, body: { title: "After" } });
+      assert.equal(patched.status, 200);
+      assert.equal((await h.request("GET", `/v1/listings/${other}`)).json.title, "After");
+      assert.equal((await h.request("DELETE", didPath(other), { token })).status, 204);
+      assert.equal((await h.request("GET", `/v1/listings/${other}`)).json.status, "deleted");
+    });
+
+    if (variant.engine === "sqlite") {
+      test("a commit by another process on the same SQLite file is seen by the next read", async () => {
+        await h.advance(60);
+        const first = await h.request("GET", `/v1/listings/${did}`);
+        assert.equal(first.json.title, "Both ways");
+        // Another process's connection: nothing in this server is told about the write.
+        const path = h.databaseUrl.slice("sqlite:".length);
+        assert.ok(path.endsWith(".db"), path);
+        const other = new BetterSqlite3(path);
+        try {
+          const changed = JSON.stringify({ ...first.json, title: "Written elsewhere" });
+          other.prepare("update dir_listings set body = ? where service_did = ?").run(changed, did);
+        } finally {
+          other.close();
+        }
+        const second = await h.request("GET", `/v1/listings/${did}`);
+        assert.equal(second.json.title, "Written elsewhere");
+      });
+    }
+  });
+}
