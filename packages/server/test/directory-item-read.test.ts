@@ -6,8 +6,8 @@
  * store's, whichever process wrote it.
  */
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
 import { randomBytes } from "node:crypto";
+import { after, before, describe, test } from "node:test";
 import { encodeDidKey } from "@proto/protocol";
 import BetterSqlite3 from "better-sqlite3";
 import { type DirectoryHarness, didPath, type HttpResult, startDirectoryHarness } from "./support/directory.js";
