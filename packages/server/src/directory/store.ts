@@ -610,12 +610,18 @@ export async function dueListings(db: Db, now: number, limit: number): Promise<L
     .execute();
 }
 
-/** Takes the revalidation lease on one listing; false when another pass holds it. */
+/**
+ * Takes the revalidation lease on one listing; false when another pass holds it, or when it is no
+ * longer due: a pass that read the due list before another replica finished the listing must not
+ * check it a second time in the same cycle.
+ */
 export async function leaseListing(db: Db, id: number, now: number, until: number): Promise<boolean> {
   const result = await db
     .updateTable("dir_listings")
     .set({ lease_until: until })
     .where("id", "=", id)
+    .where("next_check_at", "<=", now)
+    .where("status", "<>", "deleted")
     .where((eb) => eb.or([eb("lease_until", "is", null), eb("lease_until", "<", now)]))
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
