@@ -735,6 +735,55 @@ describe("multi-replica: 3 directories, 2 attestors, one PostgreSQL, one Redis",
     }),
   );
 
+  test(
+    "a replica killed while it holds a revalidation lease strands nothing: another takes the listing once the lease ends",
+    withLogs(async () => {
+      const site = newSite();
+      await register(site, D[0]!, D[2]!);
+      const document = site.document();
+      let arrived!: () => void;
+      const arrival = new Promise<void>((resolve) => {
+        arrived = resolve;
+      });
+      let fetches = 0;
+      // The first revalidation fetch never gets an answer: its pass holds the lease until it dies.
+      site.setHandler(DISCOVERY_PATH, (_req, res) => {
+        fetches++;
+        if (fetches === 1) {
+          arrived();
+          return;
+        }
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify(document));
+      });
+
+      await cluster.advance("directory", DAY + 60);
+      const victim = D[1]!;
+      const pass = victim.hook("/__test/revalidate").catch((error: unknown) => error);
+      await arrival;
+      assert.ok(victim.kill("SIGKILL"));
+      assert.equal((await victim.exited).signal, "SIGKILL");
+      assert.ok((await pass) instanceof Error, "the killed replica's pass never answers");
+
+      // Within the lease (10 minutes) no other replica touches the listing...
+      await D[0]!.hook("/__test/revalidate");
+      assert.equal(fetches, 1, "the leased listing is not fetched again while its lease runs");
+      assert.equal((await D[2]!.request("GET", didPath(site.did), { ip: newIp() })).json.status, "active");
+
+      // ...and once it has run out, the next pass anywhere takes it, exactly once.
+      await cluster.advance("directory", 10 * 60 + 1);
+      const passes = await Promise.all([D[0]!, D[2]!].map((d) => d.hook("/__test/revalidate")));
+      assert.equal(fetches, 2, "the stranded listing is revalidated once after the lease ran out");
+      assert.ok(passes.reduce((sum, p) => sum + (p.json.succeeded as number), 0) >= 1);
+      const again = await Promise.all([D[0]!, D[2]!].map((d) => d.hook("/__test/revalidate")));
+      for (const p of again) assert.equal(p.json.checked, 0, "nothing is left due");
+      assert.equal((await D[0]!.request("GET", didPath(site.did), { ip: newIp() })).json.status, "active");
+
+      await cluster.restart(victim);
+      assert.equal((await readEverywhere(site.did)).json.status, "active");
+    }),
+  );
+
   // ---- key rotation -----------------------------------------------------------------------
 
   test(
