@@ -205,6 +205,32 @@ for (const variant of STORE_VARIANTS) {
       assert.equal((await signingKeyRows(h)).length, 2);
     });
 
+    test("two attestors on one store, rotating at once, add one key between them", async (t) => {
+      // Two processes' worth of attestor: separate connections (and pools) to the same store, so
+      // only the store's own lock can keep their check-then-insert apart.
+      const database = await createTestDatabase(variant.engine);
+      const env = { TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS };
+      const a = await startTrustHarness(variant, { database, env });
+      const b = await startTrustHarness(variant, { database, env });
+      t.after(async () => {
+        await a.close();
+        await b.close();
+        await database.drop();
+      });
+      const initial = await kids(a);
+      assert.equal(initial.length, 1);
+      assert.deepEqual(await kids(b), initial, "the second attestor took the first one's key");
+
+      const results = await Promise.all([a, b, a, b, a, b].map((h) => h.hook("/__test/keys/rotate", {})));
+      for (const result of results) assert.equal(result.status, 200, result.text);
+      const pending = new Set(results.map((r) => r.json.kid as string));
+      assert.equal(pending.size, 1, [...pending].join(", "));
+      const expected = [...initial, ...pending].sort();
+      assert.deepEqual(await kids(a), expected);
+      assert.deepEqual(await kids(b), expected);
+      assert.equal((await signingKeyRows(a)).length, 2);
+    });
+
     test("the key set never has zero keys, however much time passes", async (t) => {
       const h = await ownHarness(t, variant);
       const { agent } = await h.link();
