@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { DISCOVERY_PATH, launchChromium } from "@proto/testkit";
+import { launchChromium } from "@proto/testkit";
 import type { Browser, BrowserContext, Locator, Page, Response } from "playwright-core";
 import { readDirectoryConfig } from "../src/directory/config.js";
 import { ConfigError } from "../src/platform/env.js";
@@ -16,6 +16,7 @@ import {
   type DirectoryHarness,
   didPath,
   type HttpResult,
+  makeStale,
   type Site,
   startDirectoryHarness,
 } from "./support/directory.js";
@@ -46,17 +47,6 @@ function hostileDocument(site: Site): Record<string, unknown> {
       payment_endpoint: "JaVaScRiPt:alert(document.domain)",
     },
   });
-}
-
-async function makeStale(h: DirectoryHarness, site: Site): Promise<void> {
-  site.setHandler(DISCOVERY_PATH, (_req, res) => {
-    res.writeHead(500, { "content-type": "text/plain" });
-    res.end("down");
-  });
-  for (let day = 0; day < 3; day++) {
-    await h.advance(DAY);
-    await h.revalidate();
-  }
 }
 
 async function registerWith(h: DirectoryHarness, doc: (site: Site) => Record<string, unknown>, extra = {}) {

@@ -6,12 +6,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { DISCOVERY_SCHEMA } from "@proto/protocol";
-import { DISCOVERY_PATH } from "@proto/testkit";
 import {
   type DirectoryHarness,
   didPath,
   type HttpResult,
-  type Site,
+  makeStale,
   startDirectoryHarness,
 } from "./support/directory.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
@@ -26,7 +25,6 @@ const GENEROUS_LIMITS = {
 
 const LIST_CACHE = "public, max-age=30, s-maxage=120";
 const ITEM_CACHE = "public, max-age=60, s-maxage=300";
-const DAY = 86400;
 
 /** Every field of a listing, and nothing else (spec "Listing", decisions §7, §11). */
 const LISTING_FIELDS = [
@@ -136,18 +134,6 @@ function assertNoRepeats(listings: readonly Listing[]): void {
   for (const did of dids(listings)) counts.set(did, (counts.get(did) ?? 0) + 1);
   const repeated = [...counts].filter(([, n]) => n > 1).map(([did]) => did);
   assert.deepEqual(repeated, [], "listings repeated within one traversal");
-}
-
-/** A site whose discovery document now fails, made stale by three daily revalidation passes. */
-async function makeStale(h: DirectoryHarness, site: Site): Promise<void> {
-  site.setHandler(DISCOVERY_PATH, (_req, res) => {
-    res.writeHead(500, { "content-type": "text/plain" });
-    res.end("down");
-  });
-  for (let day = 0; day < 3; day++) {
-    await h.advance(DAY);
-    await h.revalidate();
-  }
 }
 
 for (const variant of STORE_VARIANTS) {

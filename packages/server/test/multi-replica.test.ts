@@ -7,12 +7,13 @@
  * Runs only with TEST_POSTGRES_URL and TEST_REDIS_URL (both needed for more than one replica).
  */
 import assert from "node:assert/strict";
-import { createHash, generateKeyPairSync, type KeyObject, sign } from "node:crypto";
+import { createHash, sign } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { after, before, describe, test } from "node:test";
-import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
+import { signRequest } from "@proto/protocol";
 import { DISCOVERY_PATH } from "@proto/testkit";
 import { createLocalJWKSet, decodeProtectedHeader, jwtVerify } from "jose";
+import { Browserless, field, type PageAnswer } from "./support/browser-session.js";
 import type { HttpResult } from "./support/http.js";
 import {
   type Cluster,
@@ -24,6 +25,7 @@ import {
   TRUST_PUBLIC_URL,
 } from "./support/replicas.js";
 import { magicLinkOf } from "./support/smtp.js";
+import { type Agent, newAgent } from "./support/trust.js";
 
 if (REPLICAS_SKIP_REASON !== undefined) process.stdout.write(`# ${REPLICAS_SKIP_REASON}\n`);
 
@@ -44,18 +46,6 @@ function newIp(): string {
 }
 
 const didPath = (did: string) => `/v1/listings/${encodeURIComponent(did)}`;
-
-interface Agent {
-  did: string;
-  privateKey: KeyObject;
-  publicKeyB64: string;
-}
-
-function newAgent(): Agent {
-  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-  const raw = rawPublicKey(publicKey);
-  return { did: encodeDidKey(raw), privateKey, publicKeyB64: Buffer.from(raw).toString("base64url") };
-}
 
 function pollBody(agent: Agent, reqId: string): { req_id: string; sig_b64: string } {
   return { req_id: reqId, sig_b64: sign(null, Buffer.from(reqId, "utf8"), agent.privateKey).toString("base64url") };
@@ -84,75 +74,14 @@ function statusCounts(results: HttpResult[]): Record<string, number> {
   return counts;
 }
 
-const unescapeHtml = (value: string) =>
-  value
-    .replaceAll("&quot;", '"')
-    .replaceAll("&#39;", "'")
-    .replaceAll("&lt;", "<")
-    .replaceAll("&gt;", ">")
-    .replaceAll("&amp;", "&");
-
-/** The value of a hidden form field on a page. */
-function field(page: string, name: string): string {
-  const match = new RegExp(`name="${name}" value="([^"]*)"`).exec(page);
-  if (match === null) throw new Error(`no ${name} field on the page:\n${page}`);
-  return unescapeHtml(match[1] as string);
-}
-
-interface PageAnswer extends HttpResult {
-  location: string | undefined;
-}
-
 /** One person's browser: a cookie jar that any replica may be asked with (redirects not followed). */
 class Browser {
-  readonly cookies = new Map<string, string>();
-  readonly ip = newIp();
+  readonly #session = new Browserless("", { "x-forwarded-for": newIp() });
 
-  async send(
-    replica: Replica,
-    method: string,
-    target: string,
-    form?: Record<string, string>,
-    json?: unknown,
-  ): Promise<PageAnswer> {
-    const headers: Record<string, string> = { "x-forwarded-for": this.ip };
-    if (this.cookies.size > 0) headers.cookie = [...this.cookies].map(([k, v]) => `${k}=${v}`).join("; ");
-    let body: string | undefined;
-    if (form !== undefined) {
-      body = new URLSearchParams(form).toString();
-      headers["content-type"] = "application/x-www-form-urlencoded";
-    } else if (json !== undefined) {
-      body = JSON.stringify(json);
-      headers["content-type"] = "application/json";
-    }
+  /** `target` on `replica`; an absolute URL (a mailed link) is opened on `replica` too. */
+  send(replica: Replica, method: string, target: string, form?: Record<string, string>): Promise<PageAnswer> {
     const url = new URL(target, replica.url);
-    const response = await fetch(`${replica.url}${url.pathname}${url.search}`, {
-      method,
-      headers,
-      redirect: "manual",
-      ...(body === undefined ? {} : { body }),
-    });
-    for (const line of response.headers.getSetCookie()) {
-      const pair = line.split(";")[0] ?? "";
-      const name = pair.slice(0, pair.indexOf("=")).trim();
-      const value = pair.slice(pair.indexOf("=") + 1).trim();
-      if (value === "" || /;\s*max-age=0/i.test(line)) this.cookies.delete(name);
-      else this.cookies.set(name, value);
-    }
-    const text = await response.text();
-    let parsed: unknown;
-    try {
-      parsed = text.length > 0 ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    return {
-      status: response.status,
-      headers: response.headers,
-      text,
-      json: parsed,
-      location: response.headers.get("location") ?? undefined,
-    };
+    return this.#session.send(method, `${replica.url}${url.pathname}${url.search}`, { form });
   }
 }
 

@@ -3,7 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import * as client from "openid-client";
 import type { OutboxMailer } from "../src/trust/mail.js";
-import type { HttpResult } from "./support/directory.js";
+import { Browserless, field, type PageAnswer } from "./support/browser-session.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 import {
   assertError,
@@ -32,89 +32,7 @@ const CODE_TTL = 120;
 let counter = 0;
 const address = (label: string) => `${label}-${++counter}-${Math.random().toString(36).slice(2, 8)}@mail.test`;
 
-interface Answer extends HttpResult {
-  location: string | undefined;
-  setCookies: string[];
-}
-
-const unescapeHtml = (value: string) =>
-  value
-    .replaceAll("&quot;", '"')
-    .replaceAll("&#39;", "'")
-    .replaceAll("&lt;", "<")
-    .replaceAll("&gt;", ">")
-    .replaceAll("&amp;", "&");
-
-/** The value of a hidden form field on a page. */
-function field(page: string, name: string): string {
-  const match = new RegExp(`name="${name}" value="([^"]*)"`).exec(page);
-  if (match === null) throw new Error(`no ${name} field on the page:\n${page}`);
-  return unescapeHtml(match[1] as string);
-}
-
-/** One browser's worth of cookies, talking to the attestor with fetch (redirects not followed). */
-class Browserless {
-  readonly cookies = new Map<string, string>();
-  constructor(private readonly base: string) {}
-
-  cookie(name: string): string | undefined {
-    return this.cookies.get(name);
-  }
-
-  async send(
-    method: string,
-    target: string,
-    options: { form?: Record<string, string>; json?: unknown; headers?: Record<string, string> } = {},
-  ): Promise<Answer> {
-    const headers: Record<string, string> = { ...options.headers };
-    if (this.cookies.size > 0) {
-      headers.cookie = [...this.cookies].map(([name, value]) => `${name}=${value}`).join("; ");
-    }
-    let body: string | undefined;
-    if (options.form !== undefined) {
-      body = new URLSearchParams(options.form).toString();
-      headers["content-type"] = "application/x-www-form-urlencoded";
-    } else if (options.json !== undefined) {
-      body = JSON.stringify(options.json);
-      headers["content-type"] = "application/json";
-    }
-    const url = target.startsWith("http") ? target : `${this.base}${target}`;
-    const response = await fetch(url, { method, headers, redirect: "manual", ...(body === undefined ? {} : { body }) });
-    const setCookies = response.headers.getSetCookie();
-    for (const line of setCookies) {
-      const [pair = "", ...attributes] = line.split(";");
-      const name = pair.slice(0, pair.indexOf("=")).trim();
-      const value = pair.slice(pair.indexOf("=") + 1).trim();
-      const expired = attributes.some(
-        (a) =>
-          /^\s*max-age=0\s*$/i.test(a) || (/^\s*expires=/i.test(a) && Date.parse(a.split("=")[1] ?? "") < Date.now()),
-      );
-      if (expired || value === "") this.cookies.delete(name);
-      else this.cookies.set(name, value);
-    }
-    const text = await response.text();
-    let json: unknown;
-    try {
-      json = text.length > 0 ? JSON.parse(text) : undefined;
-    } catch {
-      json = undefined;
-    }
-    return {
-      status: response.status,
-      headers: response.headers,
-      text,
-      json,
-      location: response.headers.get("location") ?? undefined,
-      setCookies,
-    };
-  }
-
-  get(target: string) {
-    return this.send("GET", target);
-  }
-}
-
-const sessionCookieSet = (answer: Answer) =>
+const sessionCookieSet = (answer: PageAnswer) =>
   answer.setCookies.some((c) => c.startsWith("proto_session=") && !c.startsWith("proto_session=;"));
 
 describe("OpenID provider and sign-in", () => {
@@ -168,7 +86,7 @@ describe("OpenID provider and sign-in", () => {
       }
 
       /** Opens the link (a page with a button) and presses the button; answers the redirect. */
-      async function useLink(b: Browserless, link: string): Promise<Answer> {
+      async function useLink(b: Browserless, link: string): Promise<PageAnswer> {
         const page = await b.get(link);
         assert.equal(page.status, 200, page.text);
         assert.equal(sessionCookieSet(page), false, "opening the link signs nobody in");
@@ -177,7 +95,7 @@ describe("OpenID provider and sign-in", () => {
         });
       }
 
-      async function signIn(b: Browserless, email: string, signinPath = "/signin", align = true): Promise<Answer> {
+      async function signIn(b: Browserless, email: string, signinPath = "/signin", align = true): Promise<PageAnswer> {
         const done = await useLink(b, await requestLink(b, email, signinPath, align));
         assert.equal(done.status, 303, done.text);
         assert.ok(sessionCookieSet(done), "a session cookie after sign-in");
@@ -242,7 +160,7 @@ describe("OpenID provider and sign-in", () => {
       });
 
       /** An OAuth error: the status, `{error, error_description}` only, JSON, never cached. */
-      function assertOAuthError(answer: Answer, status: number, error: string): void {
+      function assertOAuthError(answer: PageAnswer, status: number, error: string): void {
         assert.equal(answer.status, status, answer.text);
         assert.match(answer.headers.get("content-type") ?? "", /^application\/json/);
         assert.deepEqual(Object.keys(answer.json).sort(), ["error", "error_description"], answer.text);
@@ -252,7 +170,7 @@ describe("OpenID provider and sign-in", () => {
       }
 
       /** An error page, and no redirect anywhere. */
-      function assertErrorPage(answer: Answer): void {
+      function assertErrorPage(answer: PageAnswer): void {
         assert.equal(answer.status, 400, answer.text);
         assert.equal(answer.location, undefined);
         assert.equal(answer.headers.get("location"), null);
@@ -440,7 +358,7 @@ describe("OpenID provider and sign-in", () => {
         assert.equal(ok.length, 1, answers.map((a) => a.text).join("\n"));
         assert.equal(typeof ok[0]?.json.id_token, "string");
         assert.equal(refused.length, 1);
-        assertOAuthError(refused[0] as Answer, 400, "invalid_grant");
+        assertOAuthError(refused[0] as PageAnswer, 400, "invalid_grant");
       });
 
       test("a code older than about 120 seconds is invalid_grant", async () => {
@@ -714,7 +632,7 @@ describe("OpenID provider and sign-in", () => {
         const known = address("known");
         await h.link(newAgent(), known);
         const unknown = address("unknown");
-        const answers: Answer[] = [];
+        const answers: PageAnswer[] = [];
         for (const email of [known, unknown]) {
           await h.alignTo(60);
           const b = new Browserless(trustUrl);
@@ -725,7 +643,7 @@ describe("OpenID provider and sign-in", () => {
             }),
           );
         }
-        const [a, b] = answers as [Answer, Answer];
+        const [a, b] = answers as [PageAnswer, PageAnswer];
         assert.equal(a.status, 200);
         assert.equal(b.status, 200);
         assert.equal(a.text.replaceAll(known, "ADDRESS"), b.text.replaceAll(unknown, "ADDRESS"));

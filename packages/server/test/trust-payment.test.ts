@@ -1,23 +1,16 @@
 import assert from "node:assert/strict";
 import { createHmac, sign } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { Writable } from "node:stream";
 import { after, before, describe, test } from "node:test";
 import { signRequest } from "@proto/protocol";
 import { createTestCA, type HttpsHost, startHttpsHost, type TestFetch, testFetch } from "@proto/testkit";
-import { Redis } from "ioredis";
 import { buildTrustApp, type TrustApp } from "../src/trust/app.js";
 import { readTrustConfig } from "../src/trust/config.js";
 import type { PaymentLimits } from "../src/trust/payment/routes.js";
-import type { HttpResult } from "./support/directory.js";
+import { Browserless, field, type PageAnswer } from "./support/browser-session.js";
+import { dropRedisPrefix, type HttpResult, httpRequest, listenLocal, parseJsonBody, quietLog } from "./support/http.js";
 import type { StoreVariant, TestDatabase } from "./support/stores.js";
-import {
-  createTestDatabase,
-  REDIS_URL,
-  reportSkippedVariants,
-  STORE_VARIANTS,
-  uniquePrefix,
-} from "./support/stores.js";
+import { createTestDatabase, reportSkippedVariants, STORE_VARIANTS, uniquePrefix } from "./support/stores.js";
 import {
   type Agent,
   assertError,
@@ -26,6 +19,7 @@ import {
   RELAXED_RATE_LIMITS,
   TEST_KEY_ENCRYPTION_KEY,
   TEST_PSEUDONYM_KEY,
+  trustTestEnv,
 } from "./support/trust.js";
 
 reportSkippedVariants();
@@ -138,12 +132,7 @@ async function startStandIn(attestor: () => { url: string; nowUnix(): Promise<nu
     if (signature !== undefined) headers["proto-payment-signature"] = signature;
     const response = await fetch(`${attestor().url}/webhooks/payment`, { method: "POST", headers, body });
     const text = await response.text();
-    let parsed: Delivery["json"];
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = undefined;
-    }
+    const parsed = parseJsonBody(text) as Delivery["json"];
     return { status: response.status, json: parsed, text, body, signature: signature ?? "" };
   }
 
@@ -204,26 +193,13 @@ interface Attestor {
   close(): Promise<void>;
 }
 
-const quiet = () =>
-  new Writable({
-    write(_chunk, _encoding, done) {
-      done();
-    },
-  });
-
 function paymentEnv(database: TestDatabase, variant: StoreVariant, apiUrl: string): Record<string, string> {
   return {
-    PROTO_TEST_HOOKS: "1",
-    TRUST_PUBLIC_URL: PUBLIC_URL,
-    TRUST_DATABASE_URL: database.url,
-    TRUST_KEY_ENCRYPTION_KEY: TEST_KEY_ENCRYPTION_KEY.toString("base64url"),
-    TRUST_PSEUDONYM_KEY: TEST_PSEUDONYM_KEY.toString("base64url"),
+    ...trustTestEnv(variant, database.url, PUBLIC_URL),
     TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
-    LOG_LEVEL: "warn",
     TRUST_PAYMENT_API_URL: apiUrl,
     TRUST_PAYMENT_API_KEY: API_KEY,
     TRUST_PAYMENT_WEBHOOK_SECRET: WEBHOOK_SECRET,
-    ...(variant.redis && REDIS_URL ? { REDIS_URL } : {}),
   };
 }
 
@@ -232,33 +208,17 @@ async function startAttestor(variant: StoreVariant, standIn: StandIn): Promise<A
   const config = readTrustConfig(paymentEnv(database, variant, standIn.host.origin()));
   const redisPrefix = uniquePrefix("trust-payment");
   const app = await buildTrustApp(config, {
-    logStream: quiet(),
+    logStream: quietLog(),
     redisPrefix,
     paymentFetch: standIn.fetch,
     paymentLimits: LIMITS,
   });
-  await app.app.listen({ port: 0, host: "127.0.0.1" });
-  const address = app.app.server.address();
-  if (address === null || typeof address === "string") throw new Error("no address");
-  const url = `http://127.0.0.1:${address.port}`;
+  const url = await listenLocal(app.app);
   const attestor: Attestor = {
     url,
     app,
-    async request(method, path, body, headers = {}) {
-      const init: RequestInit = { method, headers: { ...headers } };
-      if (body !== undefined) {
-        init.body = typeof body === "string" ? body : JSON.stringify(body);
-        (init.headers as Record<string, string>)["content-type"] ??= "application/json";
-      }
-      const response = await fetch(`${url}${path}`, init);
-      const text = await response.text();
-      let parsed: unknown;
-      try {
-        parsed = text.length > 0 ? JSON.parse(text) : undefined;
-      } catch {
-        parsed = undefined;
-      }
-      return { status: response.status, headers: response.headers, text, json: parsed } as HttpResult;
+    request(method, path, body, headers = {}) {
+      return httpRequest(url, method, path, typeof body === "string" ? { rawBody: body, headers } : { body, headers });
     },
     async nowUnix() {
       const clock = await attestor.request("POST", "/__test/clock", {});
@@ -267,77 +227,22 @@ async function startAttestor(variant: StoreVariant, standIn: StandIn): Promise<A
     async close() {
       await app.close();
       await database.drop();
-      if (variant.redis && REDIS_URL) {
-        const redis = new Redis(REDIS_URL);
-        const keys = await redis.keys(`${redisPrefix}*`);
-        if (keys.length > 0) await redis.del(...keys);
-        redis.disconnect();
-      }
+      if (variant.redis) await dropRedisPrefix(redisPrefix);
     },
   };
   return attestor;
 }
 
-interface Page {
-  status: number;
-  location: string | null;
-  text: string;
-}
-
-/** Just enough of a browser: a cookie jar, forms, no redirects followed. */
-class Browser {
-  readonly cookies = new Map<string, string>();
-  constructor(readonly base: string) {}
-
-  async send(method: "GET" | "POST", path: string, form?: Record<string, string>): Promise<Page> {
-    const headers: Record<string, string> = {};
-    if (this.cookies.size > 0) {
-      headers.cookie = [...this.cookies].map(([name, value]) => `${name}=${value}`).join("; ");
-    }
-    let body: string | undefined;
-    if (form !== undefined) {
-      headers["content-type"] = "application/x-www-form-urlencoded";
-      body = new URLSearchParams(form).toString();
-    }
-    const response = await fetch(`${this.base}${path}`, {
-      method,
-      headers,
-      redirect: "manual",
-      ...(body === undefined ? {} : { body }),
-    });
-    for (const line of response.headers.getSetCookie()) {
-      const [pair = "", ...attributes] = line.split(";");
-      const at = pair.indexOf("=");
-      const name = pair.slice(0, at).trim();
-      const value = pair.slice(at + 1).trim();
-      const expired = attributes.some((a) => /^\s*max-age=0\s*$/i.test(a)) || value === "";
-      if (expired) this.cookies.delete(name);
-      else this.cookies.set(name, value);
-    }
-    return { status: response.status, location: response.headers.get("location"), text: await response.text() };
-  }
-
-  get(path: string): Promise<Page> {
-    return this.send("GET", path);
-  }
-
-  post(path: string, form: Record<string, string>): Promise<Page> {
-    return this.send("POST", path, form);
-  }
-}
-
-function csrfOf(page: Page): string {
-  const match = /name="_csrf" value="([^"]+)"/.exec(page.text);
-  assert.ok(match?.[1], `no CSRF field in: ${page.text.slice(0, 500)}`);
-  return match[1];
-}
-
 /** The real e-mail flow: ask for a link, read it from the development outbox, open it, confirm. */
-async function signIn(attestor: Attestor, address: string): Promise<Browser> {
-  const browser = new Browser(attestor.url);
+async function signIn(attestor: Attestor, address: string): Promise<Browserless> {
+  const browser = new Browserless(attestor.url);
   const form = await browser.get("/signin?next=%2Faccount");
   assert.equal(form.status, 200);
-  const asked = await browser.post("/signin/email", { _csrf: csrfOf(form), email: address, next: "/account" });
+  const asked = await browser.post("/signin/email", {
+    _csrf: field(form.text, "_csrf"),
+    email: address,
+    next: "/account",
+  });
   assert.equal(asked.status, 200, asked.text);
   const outbox = await browser.get("/dev/outbox");
   const mail = outbox.text
@@ -348,18 +253,21 @@ async function signIn(attestor: Attestor, address: string): Promise<Browser> {
   const confirm = await browser.get(link);
   assert.equal(confirm.status, 200, confirm.text);
   const token = new URL(link, PUBLIC_URL).searchParams.get("token") ?? "";
-  const signedIn = await browser.post("/signin/email/verify", { _csrf: csrfOf(confirm), token });
+  const signedIn = await browser.post("/signin/email/verify", { _csrf: field(confirm.text, "_csrf"), token });
   assert.equal(signedIn.status, 303, signedIn.text);
   assert.equal(signedIn.location, "/account");
   return browser;
 }
 
 /** The account page button: answers the redirect and the session the stand-in opened for it. */
-async function startPayment(browser: Browser, standIn: StandIn): Promise<{ page: Page; session: CheckoutSession }> {
+async function startPayment(
+  browser: Browserless,
+  standIn: StandIn,
+): Promise<{ page: PageAnswer; session: CheckoutSession }> {
   const account = await browser.get("/account");
   assert.equal(account.status, 200);
   const count = standIn.sessions.length;
-  const page = await browser.post("/account/payment/start", { _csrf: csrfOf(account) });
+  const page = await browser.post("/account/payment/start", { _csrf: field(account.text, "_csrf") });
   assert.equal(page.status, 303, page.text);
   assert.equal(standIn.sessions.length, count + 1);
   const session = standIn.sessions.at(-1) as CheckoutSession;
@@ -367,12 +275,12 @@ async function startPayment(browser: Browser, standIn: StandIn): Promise<{ page:
   return { page, session };
 }
 
-function methodsOn(account: Page): string[] {
+function methodsOn(account: PageAnswer): string[] {
   const list = /<h2>Verification<\/h2>([\s\S]*?)<h2>/.exec(account.text)?.[1] ?? "";
   return [...list.matchAll(/<li><strong>([^<]+)<\/strong>/g)].map((m) => m[1] as string);
 }
 
-async function linkAgent(attestor: Attestor, browser: Browser, agent: Agent): Promise<string> {
+async function linkAgent(attestor: Attestor, browser: Browserless, agent: Agent): Promise<string> {
   const started = await attestor.request("POST", "/v1/link/start", {
     agent_did: agent.did,
     agent_pubkey_b64: agent.publicKeyB64,
@@ -382,7 +290,7 @@ async function linkAgent(attestor: Attestor, browser: Browser, agent: Agent): Pr
   const reqId = started.json.req_id as string;
   const linkPage = await browser.get(`/link?req=${encodeURIComponent(reqId)}`);
   assert.equal(linkPage.status, 200, linkPage.text);
-  const confirmed = await browser.post("/link/confirm", { _csrf: csrfOf(linkPage), req: reqId });
+  const confirmed = await browser.post("/link/confirm", { _csrf: field(linkPage.text, "_csrf"), req: reqId });
   assert.equal(confirmed.status, 200, confirmed.text);
   const sig = sign(null, Buffer.from(reqId, "utf8"), agent.privateKey).toString("base64url");
   const polled = await attestor.request("POST", "/v1/link/poll", { req_id: reqId, sig_b64: sig });
@@ -598,10 +506,10 @@ for (const variant of STORE_VARIANTS) {
     });
 
     test("without a session, starting redirects to sign-in and calls nobody", async () => {
-      const browser = new Browser(h.url);
+      const browser = new Browserless(h.url);
       const signin = await browser.get("/signin");
       const count = standIn.sessions.length;
-      const page = await browser.post("/account/payment/start", { _csrf: csrfOf(signin) });
+      const page = await browser.post("/account/payment/start", { _csrf: field(signin.text, "_csrf") });
       assert.equal(page.status, 303);
       assert.equal(page.location, "/signin?next=%2Faccount");
       assert.equal(standIn.sessions.length, count);
@@ -622,7 +530,7 @@ for (const variant of STORE_VARIANTS) {
       const browser = await signIn(h, email("apidown"));
       standIn.failNext(500);
       const account = await browser.get("/account");
-      const page = await browser.post("/account/payment/start", { _csrf: csrfOf(account) });
+      const page = await browser.post("/account/payment/start", { _csrf: field(account.text, "_csrf") });
       assert.equal(page.status, 502, page.text);
       assert.match(page.text, /The payment provider is not available/);
       assert.doesNotMatch(page.text, new RegExp(API_KEY));
@@ -635,7 +543,8 @@ for (const variant of STORE_VARIANTS) {
       const browser = await signIn(h, email("limits"));
       for (let i = 0; i < LIMITS.startPerHuman.limit; i++) await startPayment(browser, standIn);
       const count = standIn.sessions.length;
-      const refused = await browser.post("/account/payment/start", { _csrf: csrfOf(await browser.get("/account")) });
+      const account = await browser.get("/account");
+      const refused = await browser.post("/account/payment/start", { _csrf: field(account.text, "_csrf") });
       assert.equal(refused.status, 429, refused.text);
       assert.match(refused.text, /Too many attempts/);
       assert.equal(standIn.sessions.length, count);

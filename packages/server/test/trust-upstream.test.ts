@@ -2,19 +2,18 @@ import assert from "node:assert/strict";
 import { generateKeyPairSync, sign } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer, type Server } from "node:https";
-import { Writable } from "node:stream";
 import { after, before, describe, test } from "node:test";
 import { signRequest } from "@proto/protocol";
 import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
-import { Redis } from "ioredis";
 import { hashToken } from "../src/platform/tokens.js";
 import { buildTrustApp, type TrustApp } from "../src/trust/app.js";
 import { readTrustConfig } from "../src/trust/config.js";
 import type { OutboxMailer } from "../src/trust/mail.js";
 import type { UpstreamFetch } from "../src/trust/web/upstream.js";
+import { field } from "./support/browser-session.js";
+import { dropRedisPrefix, type HttpResult, httpRequest, listenLocal, quietLog } from "./support/http.js";
 import {
   createTestDatabase,
-  REDIS_URL,
   reportSkippedVariants,
   STORE_VARIANTS,
   type StoreVariant,
@@ -27,6 +26,7 @@ import {
   RELAXED_RATE_LIMITS,
   TEST_KEY_ENCRYPTION_KEY,
   TEST_PSEUDONYM_KEY,
+  trustTestEnv,
 } from "./support/trust.js";
 
 reportSkippedVariants();
@@ -119,25 +119,11 @@ interface Attestor {
   publicUrl: string;
   url: string;
   app: TrustApp;
-  json(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Answer>;
+  json(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<HttpResult>;
   nowUnix(): Promise<number>;
   advance(seconds: number): Promise<void>;
   close(): Promise<void>;
 }
-
-interface Answer {
-  status: number;
-  text: string;
-  // biome-ignore lint/suspicious/noExplicitAny: parsed JSON of a test answer
-  json: any;
-}
-
-const quiet = () =>
-  new Writable({
-    write(_chunk, _encoding, done) {
-      done();
-    },
-  });
 
 async function startAttestor(
   variant: StoreVariant,
@@ -148,47 +134,26 @@ async function startAttestor(
   const database: TestDatabase = await createTestDatabase(variant.engine);
   const redisPrefix = uniquePrefix("trust-upstream");
   const env: Record<string, string> = {
-    PROTO_TEST_HOOKS: "1",
-    TRUST_PUBLIC_URL: publicUrl,
-    TRUST_DATABASE_URL: database.url,
-    TRUST_KEY_ENCRYPTION_KEY: TEST_KEY_ENCRYPTION_KEY.toString("base64url"),
-    TRUST_PSEUDONYM_KEY: TEST_PSEUDONYM_KEY.toString("base64url"),
+    ...trustTestEnv(variant, database.url, publicUrl),
     TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
     TRUST_UPSTREAM_OIDC_ISSUER: upstream.issuer,
     TRUST_UPSTREAM_OIDC_CLIENT_ID: CLIENT_ID,
     TRUST_UPSTREAM_OIDC_CLIENT_SECRET: CLIENT_SECRET,
     TRUST_UPSTREAM_OIDC_NAME: IDP_NAME,
-    LOG_LEVEL: "warn",
-    ...(variant.redis && REDIS_URL ? { REDIS_URL } : {}),
     ...extraEnv,
   };
   const app = await buildTrustApp(readTrustConfig(env), {
-    logStream: quiet(),
+    logStream: quietLog(),
     redisPrefix,
     upstreamFetch: upstream.fetch as unknown as UpstreamFetch,
   });
-  await app.app.listen({ port: 0, host: "127.0.0.1" });
-  const address = app.app.server.address();
-  if (address === null || typeof address === "string") throw new Error("no address");
-  const url = `http://127.0.0.1:${address.port}`;
+  const url = await listenLocal(app.app);
   const attestor: Attestor = {
     publicUrl,
     url,
     app,
-    async json(method, path, body, headers = {}) {
-      const response = await fetch(`${url}${path}`, {
-        method,
-        headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
-        ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
-      });
-      const text = await response.text();
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = undefined;
-      }
-      return { status: response.status, text, json: parsed };
+    json(method, path, body, headers = {}) {
+      return httpRequest(url, method, path, typeof body === "string" ? { rawBody: body, headers } : { body, headers });
     },
     async nowUnix() {
       return (await attestor.json("POST", "/__test/clock", {})).json.now_unix as number;
@@ -200,12 +165,7 @@ async function startAttestor(
     async close() {
       await app.close();
       await database.drop();
-      if (variant.redis && REDIS_URL) {
-        const redis = new Redis(REDIS_URL);
-        const keys = await redis.keys(`${redisPrefix}*`);
-        if (keys.length > 0) await redis.del(...keys);
-        redis.disconnect();
-      }
+      if (variant.redis) await dropRedisPrefix(redisPrefix);
     },
   };
   return attestor;
@@ -308,12 +268,6 @@ class Browser {
   }
 }
 
-const csrfOf = (text: string) => {
-  const match = /name="_csrf" value="([^"]+)"/.exec(text);
-  assert.ok(match, "no CSRF token on the page");
-  return match[1] as string;
-};
-
 /** Follows the provider's redirects and fills its login and consent pages until it answers the attestor. */
 async function throughUpstream(
   browser: Browser,
@@ -390,7 +344,11 @@ function assertErrorPage(page: Page, status: number, heading: RegExp): void {
 async function signInByEmail(browser: Browser, address: string): Promise<void> {
   const form = await browser.get("/signin");
   assert.equal(form.status, 200);
-  const sent = await browser.post("/signin/email", { _csrf: csrfOf(form.text), email: address, next: "/account" });
+  const sent = await browser.post("/signin/email", {
+    _csrf: field(form.text, "_csrf"),
+    email: address,
+    next: "/account",
+  });
   assert.equal(sent.status, 200, sent.text);
   const mailer = browser.attestor.app.mailer as OutboxMailer;
   const mail = [...mailer.entries].reverse().find((m) => m.to === address);
@@ -400,7 +358,7 @@ async function signInByEmail(browser: Browser, address: string): Promise<void> {
   const confirm = await browser.get(link);
   const token = /name="token" value="([^"]+)"/.exec(confirm.text)?.[1];
   assert.ok(token);
-  const done = await browser.post("/signin/email/verify", { _csrf: csrfOf(confirm.text), token });
+  const done = await browser.post("/signin/email/verify", { _csrf: field(confirm.text, "_csrf"), token });
   assert.equal(done.status, 303, done.text);
 }
 
@@ -427,7 +385,7 @@ async function linkWithBrowser(browser: Browser, agent: Agent = newAgent()): Pro
   const reqId = await startLink(browser.attestor, agent);
   const page = await browser.get(`/link?req=${encodeURIComponent(reqId)}`);
   assert.equal(page.status, 200, page.text);
-  const confirmed = await browser.post("/link/confirm", { _csrf: csrfOf(page.text), req: reqId });
+  const confirmed = await browser.post("/link/confirm", { _csrf: field(page.text, "_csrf"), req: reqId });
   assert.equal(confirmed.status, 200, confirmed.text);
   await poll(browser.attestor, agent, reqId);
   return agent;
@@ -441,7 +399,7 @@ async function linkWithEmailHook(attestor: Attestor, address: string, agent: Age
   return agent;
 }
 
-async function mint(attestor: Attestor, agent: Agent, aud = "did:web:service.test"): Promise<Answer> {
+async function mint(attestor: Attestor, agent: Agent, aud = "did:web:service.test"): Promise<HttpResult> {
   const body = JSON.stringify({ aud });
   const signed = signRequest(
     { method: "POST", url: `${attestor.publicUrl}/v1/token`, body },
@@ -766,7 +724,7 @@ for (const variant of STORE_VARIANTS) {
       await signInByEmail(b, address);
       const account = await b.get("/account");
       assert.match(account.text, /action="\/signin\/oidc\/add"/);
-      const started = await b.post("/signin/oidc/add", { _csrf: csrfOf(account.text) });
+      const started = await b.post("/signin/oidc/add", { _csrf: field(account.text, "_csrf") });
       assert.equal(started.status, 303, started.text);
       const callback = await throughUpstream(b, started.location as string, who);
       const done = await b.get(callback);
@@ -801,7 +759,7 @@ for (const variant of STORE_VARIANTS) {
       const b = browser();
       await signInByEmail(b, address);
       const account = await b.get("/account");
-      const started = await b.post("/signin/oidc/add", { _csrf: csrfOf(account.text) });
+      const started = await b.post("/signin/oidc/add", { _csrf: field(account.text, "_csrf") });
       const page = await b.get(await throughUpstream(b, started.location as string, taken));
       assertErrorPage(page, 409, /already in use/);
       assert.match(page.text, /was not added/);
@@ -821,7 +779,7 @@ for (const variant of STORE_VARIANTS) {
       const b = browser();
       await signInByEmail(b, email("asker"));
       const account = await b.get("/account");
-      const started = await b.post("/signin/oidc/add", { _csrf: csrfOf(account.text) });
+      const started = await b.post("/signin/oidc/add", { _csrf: field(account.text, "_csrf") });
       const callback = await throughUpstream(b, started.location as string, login("switch"));
       // Meanwhile this browser signed in as someone else.
       const someoneElse = email("someone-else");
@@ -840,7 +798,7 @@ for (const variant of STORE_VARIANTS) {
       assertErrorPage(forged, 403, /This form has expired/);
       const anonymous = browser();
       const form = await anonymous.get("/signin");
-      const redirected = await anonymous.post("/signin/oidc/add", { _csrf: csrfOf(form.text) });
+      const redirected = await anonymous.post("/signin/oidc/add", { _csrf: field(form.text, "_csrf") });
       assert.equal(redirected.status, 303);
       assert.equal(redirected.location, "/signin?next=%2Faccount");
     });

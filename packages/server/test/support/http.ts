@@ -1,4 +1,5 @@
 import { Writable } from "node:stream";
+import type { FastifyInstance } from "fastify";
 import { Redis } from "ioredis";
 import { REDIS_URL } from "./stores.js";
 
@@ -34,13 +35,24 @@ export async function httpRequest(
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
   const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
   const text = await response.text();
-  let json: unknown;
+  return { status: response.status, headers: response.headers, text, json: parseJsonBody(text) };
+}
+
+/** A response body as JSON, or undefined when it is empty or not JSON. */
+export function parseJsonBody(text: string): unknown {
   try {
-    json = text.length > 0 ? JSON.parse(text) : undefined;
+    return text.length > 0 ? JSON.parse(text) : undefined;
   } catch {
-    json = undefined;
+    return undefined;
   }
-  return { status: response.status, headers: response.headers, text, json };
+}
+
+/** Starts a built app on 127.0.0.1 (any free port unless given) and answers its base URL. */
+export async function listenLocal(app: FastifyInstance, port = 0): Promise<string> {
+  await app.listen({ port, host: "127.0.0.1" });
+  const address = app.server.address();
+  if (address === null || typeof address === "string") throw new Error("no address");
+  return `http://127.0.0.1:${address.port}`;
 }
 
 /** A log destination that drops everything, so test output stays readable. */

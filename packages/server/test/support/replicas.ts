@@ -10,14 +10,17 @@
  * service at the same offset, a restarted one included.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { request as httpGet, type IncomingMessage, type ServerResponse } from "node:http";
+import { request as httpGet, type IncomingMessage } from "node:http";
 import { fileURLToPath } from "node:url";
-import { createTestCA, DISCOVERY_PATH, type HttpsHost, PROOF_PATH, startHttpsHost, type TestCA } from "@proto/testkit";
+import { createTestCA, type TestCA } from "@proto/testkit";
 import { Redis } from "ioredis";
 import { type HttpResult, httpRequest, type RequestOptions } from "./http.js";
+import { type Site, type SiteHost, startSiteHost } from "./sites.js";
 import { type SmtpCollector, startSmtpCollector } from "./smtp.js";
 import { createTestDatabase, POSTGRES_URL, REDIS_URL, type TestDatabase } from "./stores.js";
 import { freePort, TEST_KEY_ENCRYPTION_KEY, TEST_PSEUDONYM_KEY } from "./trust.js";
+
+export type { Site };
 
 const CLI = fileURLToPath(new URL("../../src/cli.ts", import.meta.url));
 const REPO_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
@@ -201,22 +204,6 @@ export class Replica {
   }
 }
 
-export type SiteHandler = (req: IncomingMessage, res: ServerResponse) => void;
-
-/** One service host the directory replicas fetch from (a name pinned through PROTO_FETCH_RESOLVE). */
-export interface Site {
-  hostname: string;
-  discoveryUrl: string;
-  /** `did:web:{hostname}%3A{port}`. */
-  did: string;
-  document(): Record<string, unknown>;
-  serveProof(token: string): void;
-  serveDiscovery(doc: unknown): void;
-  setHandler(path: typeof PROOF_PATH | typeof DISCOVERY_PATH, handler: SiteHandler): void;
-  /** How often each path was fetched. */
-  hits: { proof: number; discovery: number };
-}
-
 export interface OidcClientConfig {
   client_id: string;
   service_did: string;
@@ -295,25 +282,8 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
 
     const ca = await createTestCA();
     const caFile = ca.writeCertFile();
-    const hostnames = Array.from({ length: options.sites }, (_, i) => `site${i}.test`);
-    const host: HttpsHost = await startHttpsHost({ ca, hostnames });
-    cleanups.push(() => host.close());
-    const handlers = new Map<string, Map<string, SiteHandler>>();
-    const hits = new Map<string, { proof: number; discovery: number }>();
-    for (const path of [PROOF_PATH, DISCOVERY_PATH]) {
-      host.route(path, (req, res) => {
-        const name = (req.headers.host ?? "").split(":")[0] ?? "";
-        const counter = hits.get(name);
-        if (counter) counter[path === PROOF_PATH ? "proof" : "discovery"]++;
-        const handler = handlers.get(name)?.get(path);
-        if (handler === undefined) {
-          res.writeHead(404, { "content-type": "text/plain" });
-          res.end("not found");
-          return;
-        }
-        handler(req, res);
-      });
-    }
+    const sites: SiteHost = await startSiteHost(ca, options.sites);
+    cleanups.push(() => sites.close());
 
     const smtp = await startSmtpCollector();
     cleanups.push(() => smtp.close());
@@ -329,7 +299,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     const directoryEnv: Record<string, string> = {
       ...common,
       PROTO_FETCH_ALLOW_PRIVATE: "1",
-      PROTO_FETCH_RESOLVE: host.resolveEntries(),
+      PROTO_FETCH_RESOLVE: sites.resolveEntries(),
       NODE_EXTRA_CA_CERTS: caFile,
       DIRECTORY_DATABASE_URL: database.url,
       DIRECTORY_PUBLIC_URL,
@@ -366,7 +336,6 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     const offsets = { directory: 0, trust: 0 };
     const ofKind = (kind: "directory" | "trust") => (kind === "directory" ? directories : attestors);
 
-    let next = 0;
     const cluster: Cluster = {
       directories,
       attestors,
@@ -374,48 +343,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
       smtp,
       databaseUrl: database.url,
       redisUrl,
-      site() {
-        if (next >= hostnames.length) throw new Error(`the suite asked for more than ${hostnames.length} sites`);
-        const hostname = hostnames[next++]!;
-        const authority = `${hostname}:${host.port}`;
-        const own = new Map<string, SiteHandler>();
-        handlers.set(hostname, own);
-        const counter = { proof: 0, discovery: 0 };
-        hits.set(hostname, counter);
-        const did = `did:web:${hostname}%3A${host.port}`;
-        return {
-          hostname,
-          discoveryUrl: `https://${authority}${DISCOVERY_PATH}`,
-          did,
-          hits: counter,
-          document: () => ({
-            proto_version: "0.1",
-            service_did: did,
-            endpoints: {
-              accounts: "/proto/v1/accounts",
-              owner_invitation: "/proto/v1/accounts/me/owner-invitation",
-              claim_page: `https://${authority}/claim`,
-              claim_completion: "/proto/v1/claim",
-            },
-            signature_algorithms: ["ed25519"],
-          }),
-          serveProof(token) {
-            own.set(PROOF_PATH, (_req, res) => {
-              res.writeHead(200, { "content-type": "text/plain" });
-              res.end(token);
-            });
-          },
-          serveDiscovery(doc) {
-            own.set(DISCOVERY_PATH, (_req, res) => {
-              res.writeHead(200, { "content-type": "application/json" });
-              res.end(typeof doc === "string" ? doc : JSON.stringify(doc));
-            });
-          },
-          setHandler(path, handler) {
-            own.set(path, handler);
-          },
-        };
-      },
+      site: () => sites.site(),
       async advance(kind, seconds) {
         offsets[kind] += seconds;
         await Promise.all(

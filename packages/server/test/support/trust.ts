@@ -4,7 +4,7 @@ import { createServer } from "node:net";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
 import { buildTrustApp, type TrustApp } from "../../src/trust/app.js";
 import { readTrustConfig } from "../../src/trust/config.js";
-import { dropRedisPrefix, type HttpResult, httpRequest, quietLog, type RequestOptions } from "./http.js";
+import { dropRedisPrefix, type HttpResult, httpRequest, listenLocal, quietLog, type RequestOptions } from "./http.js";
 import { createTestDatabase, REDIS_URL, type StoreVariant, type TestDatabase, uniquePrefix } from "./stores.js";
 
 /** The key-encryption key every harness is configured with (tests read sealed rows with it). */
@@ -62,6 +62,22 @@ export function newAgent(): Agent {
   return { did: encodeDidKey(raw), privateKey, publicKeyB64: Buffer.from(raw).toString("base64url") };
 }
 
+/**
+ * The environment every in-process test attestor starts from: test hooks, its public URL and
+ * database, the test keys, warnings-only logs, and Redis when the variant has it.
+ */
+export function trustTestEnv(variant: StoreVariant, databaseUrl: string, publicUrl: string): Record<string, string> {
+  return {
+    PROTO_TEST_HOOKS: "1",
+    TRUST_PUBLIC_URL: publicUrl,
+    TRUST_DATABASE_URL: databaseUrl,
+    TRUST_KEY_ENCRYPTION_KEY: TEST_KEY_ENCRYPTION_KEY.toString("base64url"),
+    TRUST_PSEUDONYM_KEY: TEST_PSEUDONYM_KEY.toString("base64url"),
+    LOG_LEVEL: "warn",
+    ...(variant.redis && REDIS_URL ? { REDIS_URL } : {}),
+  };
+}
+
 export interface TrustHarness {
   url: string;
   /** `{trust_url}` as configured: what agents sign for. */
@@ -113,21 +129,9 @@ export async function startTrustHarness(
   const database: TestDatabase = options.database ?? (await createTestDatabase(variant.engine));
   const redisPrefix = uniquePrefix("trust");
   const publicUrl = options.env?.TRUST_PUBLIC_URL ?? "https://trust.test";
-  const env: Record<string, string> = {
-    PROTO_TEST_HOOKS: "1",
-    TRUST_PUBLIC_URL: publicUrl,
-    TRUST_DATABASE_URL: database.url,
-    TRUST_KEY_ENCRYPTION_KEY: TEST_KEY_ENCRYPTION_KEY.toString("base64url"),
-    TRUST_PSEUDONYM_KEY: TEST_PSEUDONYM_KEY.toString("base64url"),
-    LOG_LEVEL: "warn",
-    ...(variant.redis && REDIS_URL ? { REDIS_URL } : {}),
-    ...options.env,
-  };
+  const env = { ...trustTestEnv(variant, database.url, publicUrl), ...options.env };
   const app = await buildTrustApp(readTrustConfig(env), { logStream: quietLog(), redisPrefix });
-  await app.app.listen({ port: options.port ?? 0, host: "127.0.0.1" });
-  const address = app.app.server.address();
-  if (address === null || typeof address === "string") throw new Error("no address");
-  const url = `http://127.0.0.1:${address.port}`;
+  const url = await listenLocal(app.app, options.port);
 
   const harness: TrustHarness = {
     url,
