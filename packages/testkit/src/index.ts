@@ -3,6 +3,7 @@ export type { IssuedCert, IssueOptions, TestCA, TestCAOptions } from "./ca.js";
 export { createTestCA } from "./ca.js";
 export type { TestDatabase } from "./database.js";
 export { createTestDatabase, TEST_POSTGRES_URL } from "./database.js";
+export { field, link, unescapeHtml } from "./html.js";
 export type { TestFetch, TestFetchOptions } from "./http-client.js";
 export { createTestAgent, parseResolveEntries, testFetch } from "./http-client.js";
 export type {

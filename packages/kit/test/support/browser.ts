@@ -1,32 +1,13 @@
 import assert from "node:assert/strict";
+import { field, link } from "@proto/testkit";
 import type { FastifyInstance } from "fastify";
 import type { Answer, TestAttestor } from "./attestor.js";
+
+export { field, link };
 
 export interface PageAnswer extends Answer {
   url: string;
   location: string | undefined;
-}
-
-const unescapeHtml = (value: string) =>
-  value
-    .replaceAll("&quot;", '"')
-    .replaceAll("&#39;", "'")
-    .replaceAll("&lt;", "<")
-    .replaceAll("&gt;", ">")
-    .replaceAll("&amp;", "&");
-
-/** The value of a hidden form field on a page. */
-export function field(page: string, name: string): string {
-  const match = new RegExp(`name="${name}" value="([^"]*)"`).exec(page);
-  if (match === null) throw new Error(`no ${name} field on the page:\n${page}`);
-  return unescapeHtml(match[1] as string);
-}
-
-/** The first link whose href starts with `prefix`. */
-export function link(page: string, prefix: string): string {
-  const match = new RegExp(`href="(${prefix.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}[^"]*)"`).exec(page);
-  if (match === null) throw new Error(`no link to ${prefix} on the page:\n${page}`);
-  return unescapeHtml(match[1] as string);
 }
 
 /**

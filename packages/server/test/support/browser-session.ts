@@ -4,7 +4,10 @@
  * hidden form fields (CSRF token, `next`, the sign-in token) read back off a page. Shared by the
  * suites that sign people in without a real browser.
  */
+import { field } from "@proto/testkit";
 import { type HttpResult, parseJsonBody } from "./http.js";
+
+export { field };
 
 /** What a page request answers: the response as read, where it redirects, and the cookies it set. */
 export interface PageAnswer extends HttpResult {
@@ -17,21 +20,6 @@ export interface PageRequest {
   form?: Record<string, string>;
   json?: unknown;
   headers?: Record<string, string>;
-}
-
-const unescapeHtml = (value: string) =>
-  value
-    .replaceAll("&quot;", '"')
-    .replaceAll("&#39;", "'")
-    .replaceAll("&lt;", "<")
-    .replaceAll("&gt;", ">")
-    .replaceAll("&amp;", "&");
-
-/** The value of a hidden form field on a page. */
-export function field(page: string, name: string): string {
-  const match = new RegExp(`name="${name}" value="([^"]*)"`).exec(page);
-  if (match === null) throw new Error(`no ${name} field on the page:\n${page}`);
-  return unescapeHtml(match[1] as string);
 }
 
 /**
