@@ -194,11 +194,131 @@ function mirrorState(engine: Engine): Migration {
   };
 }
 
+/**
+ * The most bytes of `service_did`, `title_lower` and `description_lower` together that
+ * `dir_listings_search_scan` holds: a B-tree entry must stay under about 2.7 kB, and the API's
+ * limits (120 and 500 characters of up to 4 bytes each, a DID of any length) allow more. Past it
+ * a row is flagged `search_wide` and listed in `dir_listings_search_wide` instead (none in
+ * practice); a scan reads both.
+ */
+const SEARCH_SCAN_BYTES = 2000;
+
+/**
+ * Search at scale on PostgreSQL (0001's trigram indexes on `lower(...)` served rare terms of
+ * three characters or more only; shorter terms, terms without letters or digits and terms with
+ * thousands of matches scanned or sorted every matching row):
+ * - `title_lower` and `description_lower`: `lower(title)` and `lower(description)`, kept by a
+ *   trigger on every write (with `search_wide`, see SEARCH_SCAN_BYTES), so a search tests a
+ *   stored value instead of lowercasing each row again (the trigger is ALWAYS enabled: bulk loads
+ *   and replicas run it too);
+ * - `dir_listings_search_scan`: list order covering what a search tests, so a scan for a common
+ *   term reads one index in list order and no table rows (`dir_listings_search_wide`: the rows
+ *   too wide for it);
+ * - the trigram indexes, now on the stored columns (cheaper to recheck), replace 0001's;
+ * - `dir_listings_search_grams`: every character and every pair of adjacent characters of both
+ *   columns (`dir_search_grams`): exact for one- and two-character terms, which trigrams cannot
+ *   serve (nor terms without three letters or digits in a row), and for any term a superset of
+ *   its matches;
+ * - `dir_listings_tag_set`: the listing's tags as a set, so a search and a tag intersect in the
+ *   indexes before any row is read;
+ * - `dir_listing_tags_list`: a tag's listings in list order with their status, so a walk along a
+ *   tag reads a listing's row only when its status is wanted.
+ */
+function postgresSearch(engine: Engine): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      if (engine !== "postgres") return;
+      // Index builds over every listing (a GIN index of many keys a row above all).
+      await sql.raw("set local maintenance_work_mem = '256MB'").execute(db);
+      await sql
+        .raw(
+          "alter table dir_listings add column title_lower text, add column description_lower text, add column search_wide boolean not null default false",
+        )
+        .execute(db);
+      await sql
+        .raw(`create function dir_listings_lower() returns trigger language plpgsql as $$
+          begin
+            new.title_lower := lower(new.title);
+            new.description_lower := lower(new.description);
+            new.search_wide := octet_length(new.service_did) + coalesce(octet_length(new.title_lower), 0)
+              + coalesce(octet_length(new.description_lower), 0) > ${SEARCH_SCAN_BYTES};
+            return new;
+          end $$`)
+        .execute(db);
+      await sql
+        .raw(
+          "create trigger dir_listings_lower before insert or update on dir_listings for each row execute function dir_listings_lower()",
+        )
+        .execute(db);
+      await sql.raw("alter table dir_listings enable always trigger dir_listings_lower").execute(db);
+      await sql
+        .raw("update dir_listings set title_lower = lower(title)") // the trigger sets every derived column
+        .execute(db);
+
+      await sql
+        .raw(`create function dir_search_grams(title text, description text) returns text[]
+          language plpgsql immutable parallel safe as $$
+          declare
+            t text[] := coalesce(string_to_array(title, null), '{}');
+            d text[] := coalesce(string_to_array(description, null), '{}');
+          begin
+            return t || d
+              || array(select x || y from unnest(t, t[2:]) as u(x, y) where y is not null)
+              || array(select x || y from unnest(d, d[2:]) as u(x, y) where y is not null);
+          end $$`)
+        .execute(db);
+      await sql
+        .raw(`create function dir_tag_set(tags text) returns text[] language sql immutable parallel safe as $$
+          select array(select jsonb_array_elements_text(tags::jsonb))
+        $$`)
+        .execute(db);
+
+      await sql
+        .raw(
+          `create index dir_listings_search_scan on dir_listings (updated_at, service_did)
+            include (id, status, title_lower, description_lower) where not search_wide`,
+        )
+        .execute(db);
+      await sql
+        .raw("create index dir_listings_search_wide on dir_listings (updated_at, service_did) where search_wide")
+        .execute(db);
+      await sql
+        .raw("create index dir_listings_title_lower_trgm on dir_listings using gin (title_lower gin_trgm_ops)")
+        .execute(db);
+      await sql
+        .raw(
+          "create index dir_listings_description_lower_trgm on dir_listings using gin (description_lower gin_trgm_ops)",
+        )
+        .execute(db);
+      await sql.raw("drop index dir_listings_title_trgm").execute(db);
+      await sql.raw("drop index dir_listings_description_trgm").execute(db);
+      // Keys compared bytewise (collation "C"; equality is the same): the index builds faster.
+      await sql
+        .raw(
+          `create index dir_listings_search_grams on dir_listings using gin
+            ((dir_search_grams(title_lower, description_lower) collate "C"))`,
+        )
+        .execute(db);
+      await sql.raw("create index dir_listings_tag_set on dir_listings using gin (dir_tag_set(tags))").execute(db);
+      // The tag index in list order, covering what a walk along it tests (it replaces 0001's).
+      await sql
+        .raw(
+          "create index dir_listing_tags_list on dir_listing_tags (tag, updated_at, service_did) include (status, listing_id)",
+        )
+        .execute(db);
+      await sql.raw("drop index dir_listing_tags_order").execute(db);
+      await sql.raw("analyze dir_listings").execute(db);
+      await sql.raw("analyze dir_listing_tags").execute(db);
+    },
+  };
+}
+
 export function directoryMigrations(engine: Engine): Record<string, Migration> {
   return {
     "0001_initial": initial(engine),
     "0002_search_indexes": searchIndexes(engine),
     "0003_mirror": mirrorState(engine),
+    "0004_postgres_search": postgresSearch(engine),
   };
 }
 
