@@ -38,12 +38,12 @@ function found(body: string | undefined): FastAnswer {
 export function itemReadFastRoute(service: DirectoryService, limiter: RateLimiter, rule: RateLimitRule): FastRoute {
   return {
     pattern: ITEM_PATTERN,
-    answer(request, ip) {
+    answer(request, clientIp) {
       if (request.method !== "GET" || request.url === undefined || !request.url.startsWith(ITEM_PREFIX))
         return undefined;
       const did = request.url.slice(ITEM_PREFIX.length);
       if (!PLAIN_DID.test(did)) return undefined;
-      const key = rateLimitKey("ip", ip);
+      const key = rateLimitKey("ip", clientIp(request));
       if (limiter.hitSync !== undefined) return afterLimit(service, limiter.hitSync(rule, key), did);
       return limiter.hit(rule, key).then((decision) => afterLimit(service, decision, did));
     },

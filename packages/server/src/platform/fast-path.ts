@@ -24,9 +24,14 @@ export interface FastRoute {
   readonly pattern: string;
   /**
    * Undefined declines the request (Fastify takes it). An answer may be a promise; an ApiError
-   * thrown or rejected becomes its envelope, anything else a logged 500.
+   * thrown or rejected becomes its envelope, anything else a logged 500. `clientIp` is for a
+   * route that takes the request: asking it for every request would read forwarded headers for
+   * requests the fast path never answers.
    */
-  answer(request: IncomingMessage, ip: string): FastAnswer | Promise<FastAnswer> | undefined;
+  answer(
+    request: IncomingMessage,
+    clientIp: (request: IncomingMessage) => string,
+  ): FastAnswer | Promise<FastAnswer> | undefined;
 }
 
 export interface FastPathContext {
@@ -71,11 +76,10 @@ export class FastPath {
   handle(request: IncomingMessage, response: ServerResponse): boolean {
     if (this.#closing || this.#routes.length === 0) return false;
     const started = performance.now();
-    const ip = this.#context.clientIp(request);
     for (const route of this.#routes) {
       let answer: FastAnswer | Promise<FastAnswer> | undefined;
       try {
-        answer = route.answer(request, ip);
+        answer = route.answer(request, this.#context.clientIp);
       } catch (error) {
         answer = this.#failure(error, request);
       }
