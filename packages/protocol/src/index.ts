@@ -88,3 +88,4 @@ export {
   recipientKey,
   recipientsMatch,
 } from "./recipients.js";
+export { hasUnsafeUrlCharacter, sameOriginPath } from "./redirect.js";
