@@ -14,6 +14,7 @@ import {
   type RequestVerifier,
   rateLimitExceeded,
   recipientKey,
+  sameOriginPath,
   type UnclaimedMode,
   type VerifiedRequest,
 } from "@proto/protocol";
@@ -182,19 +183,6 @@ function checkRange(name: string, value: number, min: number, max: number): numb
     throw new RangeError(`${name} must be an integer from ${min} to ${max}`);
   }
   return value;
-}
-
-/** A relative path on this origin to return to after sign-in (never another host). */
-function safeReturnTo(value: string | null, origin: string, fallback: string): string {
-  if (value === null || value.length === 0 || value.length > 2048) return fallback;
-  let candidate = value;
-  if (/^https?:\/\//i.test(candidate)) {
-    const url = new URL(candidate);
-    if (url.origin !== origin) return fallback;
-    candidate = `${url.pathname}${url.search}`;
-  }
-  if (!candidate.startsWith("/") || candidate.startsWith("//") || candidate.includes("\\")) return fallback;
-  return candidate;
 }
 
 /**
@@ -859,14 +847,20 @@ export class Kit {
     const candidates = this.attestors.signInAttestors();
     const name = params.get("attestor") ?? (candidates.length === 1 ? candidates[0]?.name : undefined);
     if (name === undefined) throw kitError("kit_unknown_attestor", "say which attestor to sign in with (attestor=...)");
-    const returnTo = safeReturnTo(params.get("return_to"), this.origin, `${this.ownerPath}/accounts`);
+    const returnTo = this.#returnTo(params.get("return_to"));
     const { location, setCookie } = await this.signIn.start(name, returnTo);
     return redirectResponse(location, [setCookie]);
   }
 
   async #signInCallback(request: KitRequest): Promise<KitResponse> {
     const result = await this.signIn.complete(request.url, request.headers);
-    return redirectResponse(result.returnTo, result.setCookies);
+    // Checked again on the way out: a row written by an older kit was held to a weaker rule.
+    return redirectResponse(this.#returnTo(result.returnTo), result.setCookies);
+  }
+
+  /** Where a sign-in returns: a path on this service's origin, else the owned accounts. */
+  #returnTo(value: string | null): string {
+    return sameOriginPath(value, this.origin) ?? `${this.ownerPath}/accounts`;
   }
 
   async #signOut(request: KitRequest): Promise<KitResponse> {

@@ -8,6 +8,7 @@ import {
   signRequest,
   validateDiscoveryDocument,
 } from "@proto/protocol";
+import { hostileRedirects } from "@proto/testkit";
 import { decodeJwt } from "jose";
 import { errorToResponse, KIT_ERRORS, type KitStore, openKitStore } from "../src/index.js";
 import { TestAttestor } from "./support/attestor.js";
@@ -732,6 +733,30 @@ for (const engine of ENGINES) {
       assert.match(answer.text, /kit_signin_failed/);
       assert.match(answer.text, /aud/);
       assert.equal(browser.cookie(MISMATCH.origin, "proto_owner"), undefined, "no owner session");
+    });
+
+    test("sign-in: a hostile return_to lands on the owned accounts of this service", async () => {
+      const browser = newBrowser();
+      assert.equal((await signIn(browser, emailAddress("returner"))).status, 200);
+      /** Where the kit's callback sends the browser, for a sign-in started with `returnTo`. */
+      async function returnsTo(returnTo: string): Promise<string | undefined> {
+        const query = new URLSearchParams({ attestor: "proto-trust", return_to: returnTo });
+        const started = await browser.get(`${MAIN.origin}${OWNER}/signin?${query}`);
+        assert.equal(started.status, 303, started.text);
+        // Signed in at the attestor already: it answers with the code at once.
+        const atAttestor = await browser.get(started.location ?? "");
+        assert.equal(atAttestor.status, 302, atAttestor.text);
+        const back = await browser.get(atAttestor.location ?? "");
+        assert.equal(back.status, 303, back.text);
+        return back.location;
+      }
+      for (const { name, value } of hostileRedirects(MAIN.origin)) {
+        assert.equal(await returnsTo(value), `${MAIN.origin}${OWNER}/accounts`, name);
+      }
+      // A page of the service's own, as a path or an absolute URL, is where the person returns.
+      for (const own of ["/proto/claim?token=abc", `${MAIN.origin}/proto/claim?token=abc`]) {
+        assert.equal(await returnsTo(own), `${MAIN.origin}/proto/claim?token=abc`, own);
+      }
     });
 
     test("implicit signup off: unknown_account until POST {accounts} creates the account", async () => {
