@@ -317,6 +317,21 @@ for (const variant of STORE_VARIANTS) {
         "ftp://localhost/cb",
         "localhost:9999/cb",
         "not a url",
+        // User info, in every spelling the parser accepts.
+        "http://user@127.0.0.1:9999/cb",
+        "http://:pw@localhost/cb",
+        "http://127.0.0.1@evil.example/cb",
+        "http://evil.example\t@127.0.0.1/cb",
+        // Control characters and backslashes: stripped or turned into slashes by the parser.
+        "\thttp://127.0.0.1:9999/cb",
+        "http://127.0.0.1\t:9999/cb",
+        "http://127.0.0.1:9999/c\nb",
+        "http://127.0.0.1:9999/cb\u0000",
+        "http://127.0.0.1:9999/cb\u007f",
+        "http://localhost\\@evil.example/cb",
+        "http://localhost:9999/cb?next=%0D%0ALocation:%20http://evil.example",
+        "http://localhost:9999/cb%5C",
+        "http://localhost:9999/cb#fragment",
       ]) {
         assertError(await start({ ...base(agent), callback_url: url }), 400, "invalid_request");
       }

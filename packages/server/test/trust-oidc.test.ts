@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { hostileRedirects } from "@proto/testkit";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import * as client from "openid-client";
 import type { OutboxMailer } from "../src/trust/mail.js";
@@ -578,6 +579,29 @@ describe("OpenID provider and sign-in", () => {
         const replay = await attacker.get("/account");
         assert.equal(replay.status, 303);
         assert.equal(replay.location, "/signin?next=%2Faccount");
+      });
+
+      test("a hostile next, in the link or posted with the form, lands on the account page after sign-in", async () => {
+        for (const { name, value } of hostileRedirects(trustUrl)) {
+          const b = new Browserless(trustUrl);
+          const email = address("hostile-next");
+          const page = await b.get(`/signin?${new URLSearchParams({ next: value })}`);
+          assert.equal(page.status, 200, `${name}: ${page.text}`);
+          assert.equal(field(page.text, "next"), "/account", name);
+          // Posted as it came, not as the page wrote it: held to the same rule.
+          await h.alignTo(60);
+          const sent = await b.send("POST", "/signin/email", {
+            form: { _csrf: field(page.text, "_csrf"), next: value, email },
+          });
+          assert.equal(sent.status, 200, `${name}: ${sent.text}`);
+          const done = await useLink(b, magicLink(email));
+          assert.equal(done.status, 303, `${name}: ${done.text}`);
+          assert.equal(done.location, "/account", name);
+        }
+        // A path of the attestor's own still leads there.
+        const b = new Browserless(trustUrl);
+        const done = await signIn(b, address("own-next"), `/signin?next=${encodeURIComponent("/link?req=lr_abc")}`);
+        assert.equal(done.location, "/link?req=lr_abc");
       });
 
       test("sign-out ends the session", async () => {

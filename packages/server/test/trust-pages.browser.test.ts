@@ -4,7 +4,7 @@ import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { launchChromium } from "@proto/testkit";
+import { hostileRedirects, launchChromium } from "@proto/testkit";
 import type { Browser, BrowserContext, Locator, Page, Response } from "playwright-core";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
 import { STORE_VARIANTS } from "./support/stores.js";
@@ -275,6 +275,38 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
     assert.ok(requested.some((url) => url === `${origin}/assets/site.css`));
     assert.ok(requested.some((url) => url === `${origin}/assets/site.js`));
     assert.deepEqual(cspViolations, []);
+  });
+
+  test("a hostile next: after the e-mail sign-in the browser is on the attestor's own account page", async () => {
+    const fresh = await browser.newContext();
+    // Every request the browser makes anywhere but the attestor (evil.example never resolves).
+    const offsite: string[] = [];
+    fresh.on("request", (request) => {
+      if (new URL(request.url()).origin !== origin) offsite.push(request.url());
+    });
+    try {
+      const tab = await fresh.newPage();
+      for (const { name, value } of hostileRedirects(origin)) {
+        // Ten sign-in mails a minute from one address: each case in a window of its own.
+        await h.alignTo(60);
+        const email = `mallory-${Math.random().toString(36).slice(2)}@mail.test`;
+        await tab.goto(`${origin}/signin?${new URLSearchParams({ next: value })}`);
+        await tab.getByLabel("E-mail address").fill(email);
+        await tab.getByRole("button", { name: "E-mail me a sign-in link" }).click();
+        await tab.getByRole("heading", { name: "Check your e-mail" }).waitFor();
+        await tab.goto(magicLinkOf(await smtp.nextMailTo(email)));
+        await tab.getByRole("button", { name: "Sign in" }).click();
+        await tab.waitForURL((url) => url.pathname !== "/signin/email/verify");
+        const landed = new URL(tab.url());
+        assert.equal(landed.origin, origin, `${name}: ${tab.url()}`);
+        assert.equal(landed.pathname, "/account", name);
+        await tab.getByRole("heading", { name: "Your account" }).waitFor();
+        await fresh.clearCookies();
+      }
+      assert.deepEqual(offsite, []);
+    } finally {
+      await fresh.close();
+    }
   });
 
   test("a GET of the magic link after sign-in, from a fresh browser, still signs nobody in", async () => {

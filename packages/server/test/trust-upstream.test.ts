@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer, type Server } from "node:https";
 import { after, before, describe, test } from "node:test";
 import { signRequest } from "@proto/protocol";
-import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
+import { createTestCA, hostileRedirects, type TestFetch, testFetch } from "@proto/testkit";
 import { hashToken } from "../src/platform/tokens.js";
 import { buildTrustApp, type TrustApp } from "../src/trust/app.js";
 import { readTrustConfig } from "../src/trust/config.js";
@@ -705,16 +705,19 @@ for (const variant of STORE_VARIANTS) {
     });
 
     test("next stays on this site", async () => {
-      for (const [next, expected] of [
-        ["https://evil.example/steal", "/account"],
-        ["//evil.example/steal", "/account"],
-        ["/\\evil.example", "/account"],
+      const cases = [
+        ...hostileRedirects(attestor.publicUrl).map(({ value }) => [value, "/account"] as const),
         ["/link?req=lr_abc", "/link?req=lr_abc"],
-      ] as const) {
+        [`${attestor.publicUrl}/link?req=lr_abc`, "/link?req=lr_abc"],
+      ] as const;
+      for (const [index, [next, expected]] of cases.entries()) {
+        // More sign-ins than one address may start in a minute: a new window every ten.
+        if (index % 10 === 0) await attestor.advance(61);
         const page = await signInUpstream(browser(), login("next"), next);
         assert.equal(page.status, 303, page.text);
-        assert.equal(page.location, expected, next);
+        assert.equal(page.location, expected, JSON.stringify(next));
       }
+      await attestor.advance(61);
     });
 
     test("from the account page it adds the provider to the signed-in person", async () => {

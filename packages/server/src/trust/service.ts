@@ -3,6 +3,7 @@ import {
   createRequestVerifier,
   decodeBase64url,
   decodeDidKey,
+  hasUnsafeUrlCharacter,
   isDidSyntax,
   type NonceStore,
   normalizeRecipient,
@@ -72,8 +73,15 @@ export function strongestMethod(methods: readonly string[]): VerificationMethod 
   return undefined;
 }
 
-/** A loopback callback: `http` to 127.0.0.1 or localhost, nothing else. */
+/**
+ * A loopback callback (spec: `127.0.0.1` or `localhost`): `http` to one of them, nothing else.
+ * Control characters and backslashes are refused outright: the parser would strip or reinterpret
+ * them, and the URL the browser is sent to must be the one the agent's owner could read.
+ */
 export function checkCallbackUrl(value: string): string {
+  if (hasUnsafeUrlCharacter(value)) {
+    throw invalidRequest("callback_url must not contain control characters or backslashes");
+  }
   let url: URL;
   try {
     url = new URL(value);

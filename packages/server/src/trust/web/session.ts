@@ -1,4 +1,5 @@
 import type {} from "@fastify/cookie";
+import { sameOriginPath } from "@proto/protocol";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Kysely } from "kysely";
 import type { Clock } from "../../platform/clock.js";
@@ -106,11 +107,7 @@ export class SessionManager {
   }
 }
 
-/** Only same-site paths may follow a sign-in, so it cannot become an open redirect. */
-export function safeNext(value: unknown, fallback = "/account"): string {
-  if (typeof value !== "string" || value.length > 4096) return fallback;
-  if (!value.startsWith("/") || value.startsWith("//") || value.includes("\\") || /[\r\n]/.test(value)) {
-    return fallback;
-  }
-  return value;
+/** Where a sign-in continues: a path on the attestor's own origin, else the account page. */
+export function safeNext(value: unknown, publicUrl: string): string {
+  return sameOriginPath(value, publicUrl) ?? "/account";
 }

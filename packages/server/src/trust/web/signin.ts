@@ -78,7 +78,7 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
   const db = service.database.db;
 
   app.get<{ Querystring: { next?: string } }>("/signin", async (request, reply) => {
-    const next = safeNext(request.query.next);
+    const next = safeNext(request.query.next, deps.publicUrl);
     return sendPage(reply, {
       title: "Sign in",
       body: signinForm(reply.generateCsrf(), next, deps.options()),
@@ -86,7 +86,7 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
   });
 
   app.post<{ Body: EmailForm }>("/signin/email", { preHandler: app.csrfProtection }, async (request, reply) => {
-    const next = safeNext(request.body?.next);
+    const next = safeNext(request.body?.next, deps.publicUrl);
     const ip = await limiter.hit(deps.limits.emailPerIp, rateLimitKey("ip", request.ip));
     if (!ip.allowed) return tooMany(reply, ip.retryAfterSeconds);
     let email: string;
@@ -185,7 +185,7 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
         .executeTakeFirstOrThrow();
       const humanId = await service.findOrCreateHuman("email", row.email);
       await sessions.signIn(request, reply, humanId, "email");
-      return reply.redirect(safeNext(row.next), 303);
+      return reply.redirect(safeNext(row.next, deps.publicUrl), 303);
     },
   );
 

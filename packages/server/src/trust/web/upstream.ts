@@ -159,6 +159,8 @@ function parseState(state: string): Intent | undefined {
  */
 export class UpstreamSignin {
   readonly config: UpstreamOidcConfig;
+  /** The attestor's `{trust_url}`: a sign-in only continues on its origin. */
+  readonly publicUrl: string;
   readonly redirectUri: string;
   readonly #deps: UpstreamSigninDeps;
   readonly #key: Buffer;
@@ -168,6 +170,7 @@ export class UpstreamSignin {
   constructor(deps: UpstreamSigninDeps) {
     this.#deps = deps;
     this.config = deps.config;
+    this.publicUrl = deps.publicUrl;
     this.redirectUri = `${deps.publicUrl}${UPSTREAM_PATHS.callback}`;
     this.#key = Buffer.from(
       hkdfSync("sha256", deps.keyEncryptionKey, Buffer.alloc(0), "proto-trust upstream-oidc v1", 32),
@@ -393,7 +396,7 @@ export async function upstreamSigninPlugin(app: FastifyInstance, deps: UpstreamP
   }
 
   app.get<{ Querystring: { next?: string } }>(UPSTREAM_PATHS.start, async (request, reply) =>
-    begin(request, reply, { mode: "signin", next: safeNext(request.query.next) }),
+    begin(request, reply, { mode: "signin", next: safeNext(request.query.next, upstream.publicUrl) }),
   );
 
   app.post(UPSTREAM_PATHS.add, { preHandler: app.csrfProtection }, async (request, reply) => {
@@ -504,7 +507,7 @@ export async function upstreamSigninPlugin(app: FastifyInstance, deps: UpstreamP
     if (intent.mode === "signin") {
       const humanId = await service.findOrCreateHuman("oauth", subject);
       await sessions.signIn(request, reply, humanId, "oauth");
-      return reply.redirect(safeNext(row.next), 303);
+      return reply.redirect(safeNext(row.next, upstream.publicUrl), 303);
     }
 
     // Adding to the account of whoever started it, who must still be signed in here.
