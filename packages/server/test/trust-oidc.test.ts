@@ -538,7 +538,14 @@ describe("OpenID provider and sign-in", () => {
         assert.equal(first.status, 303);
         const session = b.cookie("proto_session");
         assert.ok(session);
-        const second = await b.send("POST", "/signin/email/verify", { form });
+        // The same form again: its CSRF token lapsed with the sign-in.
+        const resubmitted = await b.send("POST", "/signin/email/verify", { form });
+        assert.equal(resubmitted.status, 403, resubmitted.text);
+        // With a current form token, the link itself is spent.
+        const fresh = await b.get("/signin");
+        const second = await b.send("POST", "/signin/email/verify", {
+          form: { ...form, _csrf: field(fresh.text, "_csrf") },
+        });
         assert.equal(second.status, 410, second.text);
         assert.equal(sessionCookieSet(second), false);
         assert.equal(b.cookie("proto_session"), session);
@@ -604,6 +611,24 @@ describe("OpenID provider and sign-in", () => {
         assert.equal(done.location, "/link?req=lr_abc");
       });
 
+      test("signing in rotates the CSRF secret: a form token from before is refused after", async () => {
+        const b = new Browserless(trustUrl);
+        const early = await b.get("/signin");
+        const earlyToken = field(early.text, "_csrf");
+        const earlySecret = b.cookie("proto_csrf");
+        assert.ok(earlySecret, "the sign-in page set a CSRF secret");
+        await signIn(b, address("rotated"));
+        const stale = await b.send("POST", "/signout", { form: { _csrf: earlyToken } });
+        assert.equal(stale.status, 403, stale.text);
+        assert.match(stale.text, /This form has expired/);
+        const account = await b.get("/account");
+        assert.equal(account.status, 200, "the refused sign-out left the session");
+        assert.notEqual(b.cookie("proto_csrf"), earlySecret);
+        assert.equal((await b.send("POST", "/signout", { form: { _csrf: earlyToken } })).status, 403);
+        const out = await b.send("POST", "/signout", { form: { _csrf: field(account.text, "_csrf") } });
+        assert.equal(out.status, 303, out.text);
+      });
+
       test("sign-out ends the session", async () => {
         const b = new Browserless(trustUrl);
         await signIn(b, address("leaving"));
@@ -650,6 +675,29 @@ describe("OpenID provider and sign-in", () => {
         // The account page no longer lists it.
         const account = await owner.get("/account");
         assert.doesNotMatch(account.text, new RegExp(mine.agent.did.slice(-6)));
+      });
+
+      test("DELETE /v1/bindings/{id} with another Origin is 403 forbidden and revokes nothing", async () => {
+        const email = address("cross-site");
+        const owner = new Browserless(trustUrl);
+        await signIn(owner, email);
+        const mine = await h.link(newAgent(), email);
+        const own = new URL(trustUrl);
+        for (const origin of [
+          "https://evil.example",
+          "null",
+          `https://${own.host}`,
+          `http://localhost:${own.port}`,
+          `http://${own.hostname}:1`,
+          `${trustUrl}/`,
+        ]) {
+          const refused = await owner.send("DELETE", `/v1/bindings/${mine.bindingId}`, { headers: { origin } });
+          assertError(refused, 403, "forbidden");
+        }
+        assert.equal((await h.mint(mine.agent, SERVICE_DID)).status, 200, "the binding is untouched");
+        const revoked = await owner.send("DELETE", `/v1/bindings/${mine.bindingId}`, { headers: { origin: trustUrl } });
+        assert.equal(revoked.status, 200, revoked.text);
+        assertError(await h.mint(mine.agent, SERVICE_DID), 403, "binding_revoked");
       });
 
       test("the answer page is the same for a known and an unknown address", async () => {

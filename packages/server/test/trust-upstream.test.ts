@@ -720,6 +720,19 @@ for (const variant of STORE_VARIANTS) {
       await attestor.advance(61);
     });
 
+    test("signing in rotates the CSRF secret: a form token from before is refused after", async () => {
+      const b = browser();
+      const early = await b.get("/signin");
+      const earlyToken = field(early.text, "_csrf");
+      assert.equal((await signInUpstream(b, login("rotated"))).status, 303);
+      const stale = await b.post("/signout", { _csrf: earlyToken });
+      assert.equal(stale.status, 403, stale.text);
+      assert.match(stale.text, /This form has expired/);
+      const account = await b.get("/account");
+      assert.equal(account.status, 200, "the refused sign-out left the session");
+      assert.equal((await b.post("/signout", { _csrf: field(account.text, "_csrf") })).status, 303);
+    });
+
     test("from the account page it adds the provider to the signed-in person", async () => {
       const address = email("adder");
       const who = login("adder");

@@ -133,6 +133,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     keys,
     limiter: parts.limiter,
     settings: config.settings,
+    publicUrl: config.publicUrl,
     humanOf: async (request) => (await sessions.current(request))?.humanId,
     mints: trustMetrics(metrics, keys, parts.clock),
   });

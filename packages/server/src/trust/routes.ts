@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { ApiError } from "../platform/errors.js";
+import { ApiError, forbidden } from "../platform/errors.js";
 import { rateLimitHook } from "../platform/http.js";
 import { ERROR_ENVELOPE, type OpenApiOptions } from "../platform/openapi.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
@@ -13,6 +13,8 @@ export interface TrustRoutesOptions {
   keys: KeyRing;
   limiter: RateLimiter;
   settings: TrustSettings;
+  /** `{trust_url}`: the only origin whose pages may call the cookie-authenticated routes. */
+  publicUrl: string;
   /** The signed-in human behind a request, when there is one (the session arrives with sign-in). */
   humanOf: (request: FastifyRequest) => Promise<string | undefined>;
   /** Told the verification method of every attestation minted (the metrics). */
@@ -167,6 +169,7 @@ export const JWKS_CACHE_CONTROL = "public, max-age=300, stale-while-revalidate=9
 export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOptions): Promise<void> {
   const { service, keys, limiter, settings } = options;
   const limits = settings.rateLimits;
+  const publicOrigin = new URL(options.publicUrl).origin;
 
   const jwksSchema = {
     summary: "The public key set",
@@ -253,7 +256,8 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
     {
       schema: {
         summary: "Revoke a binding",
-        description: "The person's signed-in session only; an agent cannot call it.",
+        description:
+          "The person's signed-in session only; an agent cannot call it. A request with an Origin other than the attestor's is 403 forbidden.",
         tags: ["bindings"],
         security: [{ session: [] }],
         response: { 200: revoked, "4xx": ERROR_ENVELOPE },
@@ -261,6 +265,12 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
       onRequest: rateLimitHook(limiter, { ...limits.read, name: "trust.revoke" }),
     },
     async (request) => {
+      // SameSite=Lax keeps the cookie off cross-site requests, not off another origin of the same
+      // site (a sibling subdomain); the Origin a browser sends tells them apart.
+      const origin = request.headers.origin;
+      if (origin !== undefined && origin !== publicOrigin) {
+        throw forbidden("revoking a binding is only possible from the attestor's own pages");
+      }
       const humanId = await options.humanOf(request);
       if (humanId === undefined) {
         throw new ApiError(401, "unauthorized", "revoking a binding needs the person's signed-in session");

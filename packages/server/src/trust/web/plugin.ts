@@ -34,7 +34,7 @@ export interface HumanPagesOptions {
 export async function humanPages(app: FastifyInstance, options: HumanPagesOptions): Promise<void> {
   await app.register(fastifyFormbody, { bodyLimit: 64 * 1024 });
   await app.register(fastifyCsrf, {
-    cookieKey: options.sessions.secure ? "__Host-proto_csrf" : "proto_csrf",
+    cookieKey: options.sessions.csrfCookieName,
     cookieOpts: { path: "/", sameSite: "lax", httpOnly: true, secure: options.sessions.secure, signed: false },
     getToken: (request) => (request.body as { _csrf?: string } | undefined)?._csrf,
   });

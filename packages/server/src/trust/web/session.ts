@@ -26,15 +26,19 @@ const SESSIONS = new WeakMap<FastifyRequest, HumanSession | null>();
 
 /**
  * Browser sessions of people: an opaque random id in an HttpOnly cookie, stored only as its hash.
- * Signing in always issues a new id and revokes the one the browser brought (no fixation).
+ * Signing in always issues a new id and revokes the one the browser brought (no fixation), and
+ * drops the browser's CSRF secret, so no form token handed out before the sign-in works after it.
  */
 export class SessionManager {
   readonly cookieName: string;
+  /** The cookie @fastify/csrf-protection keeps its secret in. */
+  readonly csrfCookieName: string;
   readonly #options: SessionOptions;
 
   constructor(options: SessionOptions) {
     this.#options = options;
     this.cookieName = options.secure ? "__Host-proto_session" : "proto_session";
+    this.csrfCookieName = options.secure ? "__Host-proto_csrf" : "proto_csrf";
   }
 
   get secure(): boolean {
@@ -85,8 +89,18 @@ export class SessionManager {
       secure: this.#options.secure,
       maxAge: this.#options.ttlSeconds,
     });
+    this.#dropCsrfSecret(request, reply);
     SESSIONS.set(request, session);
     return session;
+  }
+
+  /**
+   * Forgets the CSRF secret: a token someone obtained before the sign-in (a page fetched in this
+   * browser, a planted secret) is worthless after it. The next page served creates a new secret.
+   */
+  #dropCsrfSecret(request: FastifyRequest, reply: FastifyReply): void {
+    request.cookies[this.csrfCookieName] = undefined;
+    reply.clearCookie(this.csrfCookieName, { path: "/", httpOnly: true, sameSite: "lax", secure: this.secure });
   }
 
   async signOut(request: FastifyRequest, reply: FastifyReply): Promise<void> {
