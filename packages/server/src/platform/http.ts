@@ -13,6 +13,7 @@ import Fastify, {
 import type { LogLevel } from "./config.js";
 import { ApiError } from "./errors.js";
 import { FastPath, type FastRoute } from "./fast-path.js";
+import { controlPatternMessage, registerInputRules } from "./input-rules.js";
 import type { RequestObserver } from "./metrics.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
@@ -45,7 +46,8 @@ function fromFastifyError(error: FastifyError): ApiError {
     const first = error.validation[0];
     const where = error.validationContext ?? "request";
     const path = first?.instancePath ? first.instancePath.replace(/^\//, "").replace(/\//g, ".") : "";
-    const message = `${where}${path ? `.${path}` : ""} ${first?.message ?? "is invalid"}`;
+    const reason = (first?.keyword === "pattern" && controlPatternMessage(first.params.pattern)) || first?.message;
+    const message = `${where}${path ? `.${path}` : ""} ${reason ?? "is invalid"}`;
     return new ApiError(400, "invalid_request", message, {
       errors: error.validation.map((v) => ({
         path: v.instancePath,
@@ -74,6 +76,15 @@ function fromFastifyError(error: FastifyError): ApiError {
   return new ApiError(500, "internal_error", "an unexpected error occurred");
 }
 
+/** Any error a route raises, as the envelope's error. */
+export function toApiError(error: FastifyError): ApiError {
+  if (error instanceof ApiError) return error;
+  if (error instanceof ProtoError) {
+    return new ApiError(error.status, error.code, error.message, error.details, error.retryAfter);
+  }
+  return fromFastifyError(error);
+}
+
 /**
  * A Fastify instance with the platform's behaviour: the error envelope on every non-2xx (unknown
  * routes, bad JSON, oversized bodies, validation), redacted structured logs, client IP through
@@ -89,7 +100,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     metrics: options.metrics,
     log: () => app.log,
   });
-  const app = Fastify({
+  const app: FastifyInstance = Fastify({
     logger: {
       level: options.logLevel,
       redact: {
@@ -117,6 +128,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     },
   });
   fastPaths.set(app.server, fastPath);
+  registerInputRules(app);
   app.addHook("preClose", (done) => {
     fastPath.close();
     done();
@@ -145,12 +157,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const apiError =
-      error instanceof ApiError
-        ? error
-        : error instanceof ProtoError
-          ? new ApiError(error.status, error.code, error.message, error.details, error.retryAfter)
-          : fromFastifyError(error);
+    const apiError = toApiError(error);
     if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
     return sendError(reply, apiError);
   });
