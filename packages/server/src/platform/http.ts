@@ -17,6 +17,7 @@ import { controlPatternMessage, registerInputRules } from "./input-rules.js";
 import type { RequestObserver } from "./metrics.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
+import { clientErrorHandler, frameworkErrorHandler, refuseMissingHost } from "./raw-errors.js";
 
 /** Fastify's default: longer than the usual proxy's idle timeout, so the proxy closes first. */
 const KEEP_ALIVE_TIMEOUT_MS = 72_000;
@@ -119,8 +120,12 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     routerOptions: { maxParamLength: 2048 },
     // The server Fastify would make, with the fast routes (see fast-path.ts) ahead of its router.
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    // Client mistakes found before any route is chosen still answer with the envelope.
+    clientErrorHandler: clientErrorHandler(() => app.log),
+    frameworkErrors: frameworkErrorHandler(sendError),
     serverFactory: (handler) => {
-      const server = createServer((request, response) => {
+      const server = createServer({ requireHostHeader: false }, (request, response) => {
+        if (refuseMissingHost(request, response)) return;
         if (!fastPath.handle(request, response)) handler(request, response);
       });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
