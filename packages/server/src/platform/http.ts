@@ -14,6 +14,7 @@ import type { LogLevel } from "./config.js";
 import { ApiError } from "./errors.js";
 import { FastPath, type FastRoute } from "./fast-path.js";
 import { controlPatternMessage, registerInputRules } from "./input-rules.js";
+import { redactUrl, serializeRequest } from "./log-redaction.js";
 import type { RequestObserver } from "./metrics.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
@@ -108,6 +109,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
         paths: ["req.headers.authorization", "req.headers.cookie", 'res.headers["set-cookie"]'],
         censor: "[redacted]",
       },
+      serializers: { req: serializeRequest },
       ...(options.logStream ? { stream: options.logStream } : {}),
     },
     bodyLimit: BODY_LIMIT_BYTES,
@@ -173,7 +175,12 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   // Metrics are labelled with the route pattern, never the raw URL (unbounded, and may carry ids).
   const metrics = options.metrics;
   app.addHook("onResponse", (request, reply, done) => {
-    const entry = { method: request.method, url: request.url, status: reply.statusCode, ms: reply.elapsedTime };
+    const entry = {
+      method: request.method,
+      url: redactUrl(request.url),
+      status: reply.statusCode,
+      ms: reply.elapsedTime,
+    };
     if (reply.statusCode >= 500) request.log.error(entry, "request");
     else request.log.debug(entry, "request");
     metrics?.observeRequest(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime / 1000);
