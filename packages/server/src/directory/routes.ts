@@ -2,6 +2,7 @@ import { DISCOVERY_SCHEMA } from "@proto/protocol";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError, invalidRequest } from "../platform/errors.js";
 import { addFastRoute, rateLimitHook } from "../platform/http.js";
+import { FREE_TEXT, SINGLE_LINE } from "../platform/input-rules.js";
 import { ERROR_ENVELOPE, type OpenApiOptions } from "../platform/openapi.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
 import { constantTimeEqual } from "../platform/tokens.js";
@@ -86,23 +87,23 @@ const LIST_CACHE = "public, max-age=30, s-maxage=120";
 const tagsSchema = {
   type: "array",
   maxItems: 20,
-  items: { type: "string", minLength: 1, maxLength: 40 },
+  items: { type: "string", minLength: 1, maxLength: 40, pattern: SINGLE_LINE },
 } as const;
 
 const challengeBody = {
   type: "object",
   required: ["discovery_url"],
-  properties: { discovery_url: { type: "string", minLength: 1, maxLength: 2048 } },
+  properties: { discovery_url: { type: "string", minLength: 1, maxLength: 2048, pattern: SINGLE_LINE } },
 } as const;
 
 const submitBody = {
   type: "object",
   required: ["discovery_url", "challenge_token"],
   properties: {
-    discovery_url: { type: "string", minLength: 1, maxLength: 2048 },
-    challenge_token: { type: "string", minLength: 1, maxLength: 256 },
-    title: { type: "string", maxLength: 120 },
-    description: { type: "string", maxLength: 500 },
+    discovery_url: { type: "string", minLength: 1, maxLength: 2048, pattern: SINGLE_LINE },
+    challenge_token: { type: "string", minLength: 1, maxLength: 256, pattern: SINGLE_LINE },
+    title: { type: "string", maxLength: 120, pattern: SINGLE_LINE },
+    description: { type: "string", maxLength: 500, pattern: FREE_TEXT },
     tags: tagsSchema,
   },
 } as const;
@@ -112,8 +113,8 @@ const patchBody = {
   additionalProperties: false,
   minProperties: 1,
   properties: {
-    title: { type: ["string", "null"], maxLength: 120 },
-    description: { type: ["string", "null"], maxLength: 500 },
+    title: { type: ["string", "null"], maxLength: 120, pattern: SINGLE_LINE },
+    description: { type: ["string", "null"], maxLength: 500, pattern: FREE_TEXT },
     tags: tagsSchema,
   },
 } as const;

@@ -15,6 +15,11 @@ export class ApiError extends Error {
     super(message);
   }
 
+  /** Fastify's name for the status, so handlers that read it see the same number. */
+  get statusCode(): number {
+    return this.status;
+  }
+
   toEnvelope(): { error: { code: string; message: string; details?: Record<string, unknown> } } {
     return this.details === undefined
       ? { error: { code: this.code, message: this.message } }

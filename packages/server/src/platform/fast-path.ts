@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
 import type { FastifyBaseLogger } from "fastify";
 import { ApiError } from "./errors.js";
+import { redactUrl } from "./log-redaction.js";
 import type { RequestObserver } from "./metrics.js";
 
 export interface FastAnswer {
@@ -99,7 +100,7 @@ export class FastPath {
 
   #failure(error: unknown, request: IncomingMessage): FastAnswer {
     if (error instanceof ApiError) return fastError(error);
-    this.#context.log().error({ err: error, method: request.method, url: request.url }, "request failed");
+    this.#context.log().error({ err: error, method: request.method, url: redactUrl(request.url) }, "request failed");
     return fastError(new ApiError(500, "internal_error", "an unexpected error occurred"));
   }
 

@@ -13,9 +13,12 @@ import Fastify, {
 import type { LogLevel } from "./config.js";
 import { ApiError } from "./errors.js";
 import { FastPath, type FastRoute } from "./fast-path.js";
+import { controlPatternMessage, registerInputRules } from "./input-rules.js";
+import { redactUrl, serializeRequest } from "./log-redaction.js";
 import type { RequestObserver } from "./metrics.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
+import { clientErrorHandler, frameworkErrorHandler, refuseMissingHost } from "./raw-errors.js";
 
 /** Fastify's default: longer than the usual proxy's idle timeout, so the proxy closes first. */
 const KEEP_ALIVE_TIMEOUT_MS = 72_000;
@@ -45,7 +48,8 @@ function fromFastifyError(error: FastifyError): ApiError {
     const first = error.validation[0];
     const where = error.validationContext ?? "request";
     const path = first?.instancePath ? first.instancePath.replace(/^\//, "").replace(/\//g, ".") : "";
-    const message = `${where}${path ? `.${path}` : ""} ${first?.message ?? "is invalid"}`;
+    const reason = (first?.keyword === "pattern" && controlPatternMessage(first.params.pattern)) || first?.message;
+    const message = `${where}${path ? `.${path}` : ""} ${reason ?? "is invalid"}`;
     return new ApiError(400, "invalid_request", message, {
       errors: error.validation.map((v) => ({
         path: v.instancePath,
@@ -74,6 +78,15 @@ function fromFastifyError(error: FastifyError): ApiError {
   return new ApiError(500, "internal_error", "an unexpected error occurred");
 }
 
+/** Any error a route raises, as the envelope's error. */
+export function toApiError(error: FastifyError): ApiError {
+  if (error instanceof ApiError) return error;
+  if (error instanceof ProtoError) {
+    return new ApiError(error.status, error.code, error.message, error.details, error.retryAfter);
+  }
+  return fromFastifyError(error);
+}
+
 /**
  * A Fastify instance with the platform's behaviour: the error envelope on every non-2xx (unknown
  * routes, bad JSON, oversized bodies, validation), redacted structured logs, client IP through
@@ -89,13 +102,14 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     metrics: options.metrics,
     log: () => app.log,
   });
-  const app = Fastify({
+  const app: FastifyInstance = Fastify({
     logger: {
       level: options.logLevel,
       redact: {
         paths: ["req.headers.authorization", "req.headers.cookie", 'res.headers["set-cookie"]'],
         censor: "[redacted]",
       },
+      serializers: { req: serializeRequest },
       ...(options.logStream ? { stream: options.logStream } : {}),
     },
     bodyLimit: BODY_LIMIT_BYTES,
@@ -108,8 +122,12 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     routerOptions: { maxParamLength: 2048 },
     // The server Fastify would make, with the fast routes (see fast-path.ts) ahead of its router.
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    // Client mistakes found before any route is chosen still answer with the envelope.
+    clientErrorHandler: clientErrorHandler(() => app.log),
+    frameworkErrors: frameworkErrorHandler(sendError),
     serverFactory: (handler) => {
-      const server = createServer((request, response) => {
+      const server = createServer({ requireHostHeader: false }, (request, response) => {
+        if (refuseMissingHost(request, response)) return;
         if (!fastPath.handle(request, response)) handler(request, response);
       });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
@@ -117,6 +135,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     },
   });
   fastPaths.set(app.server, fastPath);
+  registerInputRules(app);
   app.addHook("preClose", (done) => {
     fastPath.close();
     done();
@@ -145,12 +164,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const apiError =
-      error instanceof ApiError
-        ? error
-        : error instanceof ProtoError
-          ? new ApiError(error.status, error.code, error.message, error.details, error.retryAfter)
-          : fromFastifyError(error);
+    const apiError = toApiError(error);
     if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
     return sendError(reply, apiError);
   });
@@ -161,7 +175,12 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   // Metrics are labelled with the route pattern, never the raw URL (unbounded, and may carry ids).
   const metrics = options.metrics;
   app.addHook("onResponse", (request, reply, done) => {
-    const entry = { method: request.method, url: request.url, status: reply.statusCode, ms: reply.elapsedTime };
+    const entry = {
+      method: request.method,
+      url: redactUrl(request.url),
+      status: reply.statusCode,
+      ms: reply.elapsedTime,
+    };
     if (reply.statusCode >= 500) request.log.error(entry, "request");
     else request.log.debug(entry, "request");
     metrics?.observeRequest(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime / 1000);

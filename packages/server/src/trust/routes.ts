@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError, forbidden } from "../platform/errors.js";
 import { rateLimitHook } from "../platform/http.js";
+import { SINGLE_LINE } from "../platform/input-rules.js";
 import { ERROR_ENVELOPE, type OpenApiOptions } from "../platform/openapi.js";
 import type { RateLimiter } from "../platform/rate-limit.js";
 import type { KeyRing } from "./keys.js";
@@ -147,10 +148,10 @@ const linkStartBody = {
   type: "object",
   required: ["agent_did", "agent_pubkey_b64"],
   properties: {
-    agent_did: { type: "string", minLength: 1, maxLength: 2048 },
-    agent_pubkey_b64: { type: "string", minLength: 1, maxLength: 128 },
-    agent_label: { type: "string", maxLength: 80 },
-    callback_url: { type: "string", minLength: 1, maxLength: 2048 },
+    agent_did: { type: "string", minLength: 1, maxLength: 2048, pattern: SINGLE_LINE },
+    agent_pubkey_b64: { type: "string", minLength: 1, maxLength: 128, pattern: SINGLE_LINE },
+    agent_label: { type: "string", maxLength: 80, pattern: SINGLE_LINE },
+    callback_url: { type: "string", minLength: 1, maxLength: 2048, pattern: SINGLE_LINE },
   },
 } as const;
 
@@ -158,8 +159,8 @@ const linkPollBody = {
   type: "object",
   required: ["req_id", "sig_b64"],
   properties: {
-    req_id: { type: "string", minLength: 1, maxLength: 128 },
-    sig_b64: { type: "string", minLength: 1, maxLength: 256 },
+    req_id: { type: "string", minLength: 1, maxLength: 128, pattern: SINGLE_LINE },
+    sig_b64: { type: "string", minLength: 1, maxLength: 256, pattern: SINGLE_LINE },
   },
 } as const;
 

@@ -123,6 +123,8 @@ export async function startTrustHarness(
     database?: TestDatabase;
     /** The port to listen on (default: any free one); set it with `TRUST_PUBLIC_URL` = the real URL. */
     port?: number;
+    /** Where the attestor logs (default: nowhere). */
+    logStream?: NodeJS.WritableStream;
   } = {},
 ): Promise<TrustHarness> {
   const ownsDatabase = options.database === undefined;
@@ -130,7 +132,7 @@ export async function startTrustHarness(
   const redisPrefix = uniquePrefix("trust");
   const publicUrl = options.env?.TRUST_PUBLIC_URL ?? "https://trust.test";
   const env = { ...trustTestEnv(variant, database.url, publicUrl), ...options.env };
-  const app = await buildTrustApp(readTrustConfig(env), { logStream: quietLog(), redisPrefix });
+  const app = await buildTrustApp(readTrustConfig(env), { logStream: options.logStream ?? quietLog(), redisPrefix });
   const url = await listenLocal(app.app, options.port);
 
   const harness: TrustHarness = {

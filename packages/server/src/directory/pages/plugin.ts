@@ -1,6 +1,8 @@
 import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import { ApiError } from "../../platform/errors.js";
 import { rateLimitHook } from "../../platform/http.js";
+import { InputRuleError } from "../../platform/input-rules.js";
+import { clientProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
 import type { DirectoryService } from "../service.js";
 import type { DirectorySettings } from "../settings.js";
@@ -63,7 +65,16 @@ export async function directoryPages(app: FastifyInstance, options: DirectoryPag
         `Too many pages were loaded from your address in a short time. Wait ${seconds} ${seconds === 1 ? "second" : "seconds"}, then reload.`,
       );
     }
-    if (error instanceof ApiError && error.code === "invalid_request") {
+    const searching = request.routeOptions.url === "/";
+    if (searching && (error instanceof InputRuleError || error.validation !== undefined)) {
+      return sendMessage(
+        reply,
+        400,
+        "This search cannot be run",
+        "Searches are limited to 200 characters and tags to 40, each given once, without control characters.",
+      );
+    }
+    if (searching && error instanceof ApiError && error.code === "invalid_request") {
       return sendMessage(
         reply,
         400,
@@ -71,21 +82,8 @@ export async function directoryPages(app: FastifyInstance, options: DirectoryPag
         "The page address was changed, or its “Next page” position belongs to another search. Start again from the first page.",
       );
     }
-    if (error.validation !== undefined) {
-      return sendMessage(
-        reply,
-        400,
-        "This search cannot be run",
-        "Searches are limited to 200 characters and tags to 40, each given once.",
-      );
-    }
-    if (error instanceof ApiError && error.status < 500) {
-      return sendMessage(reply, error.status, "Something is not right", error.message);
-    }
-    const status = error.statusCode ?? 500;
-    if (status >= 400 && status < 500) {
-      return sendMessage(reply, status, "Something is not right", "The request could not be understood.");
-    }
+    const problem = clientProblem(error);
+    if (problem !== undefined) return sendMessage(reply, problem.status, problem.title, problem.message);
     request.log.error({ err: error }, "page failed");
     return sendMessage(reply, 500, "Something went wrong", "Please try again in a moment.");
   });

@@ -1,8 +1,11 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import fastifyFormbody from "@fastify/formbody";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { SignJWT } from "jose";
 import type { Clock } from "../../platform/clock.js";
+import { ApiError } from "../../platform/errors.js";
+import { sendError, toApiError } from "../../platform/http.js";
+import { clientProblem } from "../../platform/page-errors.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
@@ -94,14 +97,26 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       .send(configuration),
   );
 
-  // OAuth endpoints answer with OAuth error JSON, never the service envelope.
-  app.setErrorHandler((error: Error & { statusCode?: number; code?: string }, request, reply) => {
+  // OAuth endpoints (`/oidc/*`) answer with OAuth error JSON, never the service envelope; the
+  // authorization endpoint is a page in a browser, whose mistakes are pages like its own refusals.
+  // The discovery document is no OAuth endpoint: the envelope.
+  app.setErrorHandler((error: FastifyError, request, reply) => {
     reply.header("cache-control", "no-store");
+    const apiError = toApiError(error);
+    if (!request.routeOptions.url?.startsWith("/oidc/")) {
+      if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
+      return sendError(reply, apiError);
+    }
     if (error instanceof OAuthError) {
       return reply.code(error.status).send({ error: error.error, error_description: error.description });
     }
-    if ((error.statusCode ?? 500) < 500) {
-      return reply.code(400).send({ error: "invalid_request", error_description: "the request could not be read" });
+    const problem = clientProblem(error);
+    if (problem !== undefined && request.routeOptions.url === "/oidc/authorize") {
+      return sendMessage(reply, problem.status, problem.title, problem.message);
+    }
+    if (problem !== undefined) {
+      const description = error instanceof ApiError ? error.message : "the request could not be read";
+      return reply.code(400).send({ error: "invalid_request", error_description: description });
     }
     request.log.error({ err: error }, "oidc request failed");
     return reply.code(500).send({ error: "server_error", error_description: "an unexpected error occurred" });

@@ -3,8 +3,8 @@ import fastifyCsrf from "@fastify/csrf-protection";
 import fastifyFormbody from "@fastify/formbody";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../../platform/clock.js";
-import { ApiError } from "../../platform/errors.js";
 import { html } from "../../platform/html.js";
+import { clientProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
 import { type Mailer, OutboxMailer } from "../mail.js";
 import type { TrustService } from "../service.js";
@@ -40,14 +40,10 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
   });
   registerAssets(app);
 
-  // A failed CSRF check on a page is a page, not JSON.
+  // Errors on pages are pages, not JSON, with the status of the client's mistake.
   app.setErrorHandler((error: Error & { code?: string; statusCode?: number }, request, reply) => {
-    if (error.code?.startsWith("FST_CSRF")) {
-      return sendMessage(reply, 403, "This form has expired", "Go back, reload the page and try again.");
-    }
-    if (error instanceof ApiError && error.status < 500) {
-      return sendMessage(reply, error.status, "Something is not right", error.message);
-    }
+    const problem = clientProblem(error);
+    if (problem !== undefined) return sendMessage(reply, problem.status, problem.title, problem.message);
     request.log.error({ err: error }, "page failed");
     return sendMessage(reply, 500, "Something went wrong", "Please try again in a moment.");
   });
