@@ -614,6 +614,19 @@ describe("production refuses unsafe configuration", () => {
     });
   }
 
+  test("NODE_ENV names production in any case and with surrounding spaces", () => {
+    for (const spelling of ["Production", "PRODUCTION", " production ", "\tProDuction\n"]) {
+      const env = { PROTO_TEST_HOOKS: "1", NODE_ENV: spelling };
+      const directory = problemsOf(() => readDirectoryConfig({ ...directoryProduction, ...env }));
+      assertProblem(directory, /PROTO_TEST_HOOKS must not be set when NODE_ENV=production/);
+      const trust = problemsOf(() => readTrustConfig({ ...trustProduction, ...env, TRUST_PSEUDONYM_KEY: undefined }));
+      assertProblem(trust, /PROTO_TEST_HOOKS must not be set when NODE_ENV=production/);
+      assertProblem(trust, /TRUST_PSEUDONYM_KEY is required when NODE_ENV=production/);
+    }
+    assert.equal(readTrustConfig({ ...trustProduction, NODE_ENV: " Production " }).platform.production, true);
+    assert.equal(readTrustConfig({ ...trustProduction, NODE_ENV: "development" }).platform.production, false);
+  });
+
   test("an http public URL is refused", () => {
     assertProblem(
       problemsOf(() =>

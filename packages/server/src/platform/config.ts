@@ -40,8 +40,16 @@ export function readOperatorToken(reader: EnvReader, name: string): string | und
   return value;
 }
 
+/**
+ * `NODE_ENV` names production in any case and with surrounding spaces: `Production` must not
+ * quietly skip every production refusal (and start the test hooks).
+ */
+export function isProductionEnv(value: string | undefined): boolean {
+  return value?.trim().toLowerCase() === "production";
+}
+
 export function readPlatformConfig(reader: EnvReader): PlatformConfig {
-  const production = reader.string("NODE_ENV") === "production";
+  const production = isProductionEnv(reader.string("NODE_ENV"));
   const testHooks = reader.flag("PROTO_TEST_HOOKS");
   const allowPrivate = reader.flag("PROTO_FETCH_ALLOW_PRIVATE");
   let resolve: ReadonlyMap<string, string> = new Map();
