@@ -16,7 +16,15 @@ import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 reportSkippedVariants();
 
 const METRICS_TOKEN = "metrics-token-for-tests-0123456789";
-const SAME_HEADERS = ["content-type", "cache-control", "access-control-allow-origin", "content-length", "retry-after"];
+const SAME_HEADERS = [
+  "content-type",
+  "cache-control",
+  "access-control-allow-origin",
+  "access-control-expose-headers",
+  "content-length",
+  "retry-after",
+  "etag",
+];
 
 function assertSameAnswer(fast: HttpResult, routed: HttpResult, label: string): void {
   assert.equal(fast.status, routed.status, `${label}: status`);
@@ -86,6 +94,21 @@ for (const variant of STORE_VARIANTS) {
       const head = await h.request("HEAD", `/v1/listings/${did}`);
       assert.equal(head.status, 200);
       assert.equal(head.headers.get("cache-control"), plain.headers.get("cache-control"));
+
+      // Not Modified: the same headers, every one of them, both ways in.
+      const etag = plain.headers.get("etag") ?? "";
+      assert.match(etag, /^".+"$/);
+      const notModified = await h.request("GET", `/v1/listings/${did}`, { headers: { "if-none-match": etag } });
+      const routedNotModified = await h.request("GET", didPath(did), { headers: { "if-none-match": etag } });
+      assert.equal(notModified.status, 304);
+      assert.equal(notModified.text, "");
+      const headersOf = (res: HttpResult) =>
+        [...res.headers].filter(([name]) => !["date", "connection", "keep-alive"].includes(name));
+      assert.deepEqual(headersOf(notModified), headersOf(routedNotModified));
+      assert.deepEqual(
+        headersOf(notModified).map(([name]) => name),
+        ["access-control-allow-origin", "access-control-expose-headers", "cache-control", "etag"],
+      );
 
       const missing = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
       const plainMissing = await h.request("GET", `/v1/listings/${missing}`);
