@@ -264,6 +264,8 @@ for (const engine of ENGINES) {
         401,
         "expired_signature",
       );
+      // Valid for no time at all: malformed, not merely expired.
+      ledger.expect(await main.signed(agent, "GET", ME, { created: now, expires: now }), 401, "invalid_signature");
       const headers = signRequest(
         { method: "GET", url: `${MAIN.origin}${ME}` },
         { keyid: agent.did, privateKey: agent.privateKey, created: now },

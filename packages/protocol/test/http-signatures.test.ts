@@ -181,6 +181,14 @@ describe("verifier rejections", () => {
     assert.equal(ok.expires, NOW + 300);
   });
 
+  test("expires must come after created: equal is 401 invalid_signature, one second later passes", async () => {
+    const same = signed({ expires: NOW });
+    await rejectsWith(verifierAt(NOW).verify(same), "invalid_signature");
+    await assert.rejects(verifierAt(NOW).verify(same), /expires must follow created/);
+    const oneSecond = await verifierAt(NOW).verify(signed({ expires: NOW + 1 }));
+    assert.equal(oneSecond.expires, NOW + 1);
+  });
+
   test("the time window honours the configured skew", async () => {
     await rejectsWith(verifierAt(NOW - 61).verify(signed()), "invalid_signature");
     assert.ok(await verifierAt(NOW - 60).verify(signed()));

@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { buildDirectoryApp } from "./directory/app.js";
 import { readDirectoryConfig } from "./directory/config.js";
+import { isProductionEnv } from "./platform/config.js";
 import { ConfigError } from "./platform/env.js";
 import { buildTrustApp } from "./trust/app.js";
 import { readTrustConfig } from "./trust/config.js";
@@ -16,6 +17,7 @@ commands:
   all [--directory-port N] [--trust-port N] [--host ADDR] [--mirror-of URL]
                                            both services (directory 8080, attestor 8081)
 
+--host defaults to 127.0.0.1 (this machine only), and to 0.0.0.0 when NODE_ENV=production.
 Configuration comes from the environment; see the README.`;
 
 interface Running {
@@ -31,6 +33,14 @@ function port(value: string | undefined, fallback: number): number {
 }
 
 class UsageError extends Error {}
+
+/**
+ * Outside production only this machine may connect: a development server has `/dev/outbox`, whose
+ * links sign people in, and may have the test hooks. Production (containers) listens everywhere.
+ */
+function defaultHost(): string {
+  return isProductionEnv(process.env.NODE_ENV) ? "0.0.0.0" : "127.0.0.1";
+}
 
 /** `--mirror-of URL` is `DIRECTORY_MIRROR_OF=URL`, checked by the same rules. */
 async function startDirectory(listenPort: number, host: string, mirrorOf: string | undefined): Promise<Running> {
@@ -71,7 +81,7 @@ function parseOptions(args: string[]) {
         port: { type: "string" },
         "directory-port": { type: "string" },
         "trust-port": { type: "string" },
-        host: { type: "string", default: "0.0.0.0" },
+        host: { type: "string" },
         "mirror-of": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
@@ -94,7 +104,7 @@ async function main(argv: string[]): Promise<void> {
     process.stdout.write(`${USAGE}\n`);
     return;
   }
-  const host = values.host ?? "0.0.0.0";
+  const host = values.host ?? defaultHost();
   const mirrorOf = values["mirror-of"];
   if (mirrorOf !== undefined && command !== "directory" && command !== "all") {
     throw new UsageError("--mirror-of applies to the directory only");

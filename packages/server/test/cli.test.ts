@@ -173,25 +173,77 @@ for (const variant of STORE_VARIANTS) {
   });
 }
 
-describe("proto-server refuses bad configuration and usage", () => {
-  test("NODE_ENV=production with PROTO_TEST_HOOKS=1 refuses to start, naming PROTO_TEST_HOOKS", {
+/**
+ * Whether a server answers on 127.0.0.2: Linux routes all of 127.0.0.0/8 to loopback, so a socket
+ * bound to 0.0.0.0 accepts there and one bound to 127.0.0.1 refuses (as it would another machine).
+ */
+async function answersBeyond127001(port: number): Promise<boolean> {
+  try {
+    return (await fetch(`http://127.0.0.2:${port}/healthz`)).status === 200;
+  } catch (error) {
+    assert.equal((error as { cause?: { code?: string } }).cause?.code, "ECONNREFUSED", String(error));
+    return false;
+  }
+}
+
+describe("proto-server's listening address", () => {
+  async function start(t: TestContext, args: string[], env: Record<string, string>) {
+    const port = await freePort();
+    const server = run(["directory", "--port", String(port), ...args], {
+      DIRECTORY_DATABASE_URL: `sqlite:${join(tempDir(t), "directory.db")}`,
+      ...env,
+    });
+    t.after(async () => {
+      if (server.child.exitCode === null && server.child.signalCode === null) server.child.kill("SIGTERM");
+      await server.exited;
+    });
+    await server.waitFor(new RegExp(`listening.*:${port}`, "i"));
+    const health = await fetch(`http://127.0.0.1:${port}/healthz`);
+    assert.equal(health.status, 200, "this machine always reaches it");
+    return port;
+  }
+
+  test("outside production it listens on 127.0.0.1 only, so /dev/outbox and the test hooks stay on this machine", {
     timeout: TEST_TIMEOUT_MS,
   }, async (t) => {
-    const dir = tempDir(t);
-    const port = await freePort();
-    const server = run(["directory", "--port", String(port), "--host", "127.0.0.1"], {
-      NODE_ENV: "production",
-      PROTO_TEST_HOOKS: "1",
-      DIRECTORY_PUBLIC_URL: "https://directory.example",
-      DIRECTORY_DATABASE_URL: `sqlite:${join(dir, "directory.db")}`,
-    });
-    const exit = await server.exited;
-    assert.notEqual(exit.code, 0);
-    assert.equal(exit.signal, null);
-    const { stderr } = server.output();
-    assert.match(stderr, /PROTO_TEST_HOOKS/);
-    assert.match(stderr, /production/);
+    const port = await start(t, [], { PROTO_TEST_HOOKS: "1" });
+    assert.equal(await answersBeyond127001(port), false);
   });
+
+  test("--host 0.0.0.0 opens it to other addresses", { timeout: TEST_TIMEOUT_MS }, async (t) => {
+    const port = await start(t, ["--host", "0.0.0.0"], {});
+    assert.equal(await answersBeyond127001(port), true);
+  });
+
+  test("in production (NODE_ENV in any case) it listens on 0.0.0.0 by default", {
+    timeout: TEST_TIMEOUT_MS,
+  }, async (t) => {
+    const port = await start(t, [], { NODE_ENV: "Production", DIRECTORY_PUBLIC_URL: "https://directory.example" });
+    assert.equal(await answersBeyond127001(port), true);
+  });
+});
+
+describe("proto-server refuses bad configuration and usage", () => {
+  for (const nodeEnv of ["production", " Production "]) {
+    test(`NODE_ENV=${JSON.stringify(nodeEnv)} with PROTO_TEST_HOOKS=1 refuses to start, naming PROTO_TEST_HOOKS`, {
+      timeout: TEST_TIMEOUT_MS,
+    }, async (t) => {
+      const dir = tempDir(t);
+      const port = await freePort();
+      const server = run(["directory", "--port", String(port), "--host", "127.0.0.1"], {
+        NODE_ENV: nodeEnv,
+        PROTO_TEST_HOOKS: "1",
+        DIRECTORY_PUBLIC_URL: "https://directory.example",
+        DIRECTORY_DATABASE_URL: `sqlite:${join(dir, "directory.db")}`,
+      });
+      const exit = await server.exited;
+      assert.notEqual(exit.code, 0);
+      assert.equal(exit.signal, null);
+      const { stderr } = server.output();
+      assert.match(stderr, /PROTO_TEST_HOOKS/);
+      assert.match(stderr, /production/);
+    });
+  }
 
   test("a DIRECTORY_DATABASE_URL of an unsupported kind fails with a message naming it", {
     timeout: TEST_TIMEOUT_MS,

@@ -16,7 +16,15 @@ import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 reportSkippedVariants();
 
 const METRICS_TOKEN = "metrics-token-for-tests-0123456789";
-const SAME_HEADERS = ["content-type", "cache-control", "access-control-allow-origin", "content-length", "retry-after"];
+const SAME_HEADERS = [
+  "content-type",
+  "cache-control",
+  "access-control-allow-origin",
+  "access-control-expose-headers",
+  "content-length",
+  "retry-after",
+  "etag",
+];
 
 function assertSameAnswer(fast: HttpResult, routed: HttpResult, label: string): void {
   assert.equal(fast.status, routed.status, `${label}: status`);
@@ -87,6 +95,21 @@ for (const variant of STORE_VARIANTS) {
       assert.equal(head.status, 200);
       assert.equal(head.headers.get("cache-control"), plain.headers.get("cache-control"));
 
+      // Not Modified: the same headers, every one of them, both ways in.
+      const etag = plain.headers.get("etag") ?? "";
+      assert.match(etag, /^".+"$/);
+      const notModified = await h.request("GET", `/v1/listings/${did}`, { headers: { "if-none-match": etag } });
+      const routedNotModified = await h.request("GET", didPath(did), { headers: { "if-none-match": etag } });
+      assert.equal(notModified.status, 304);
+      assert.equal(notModified.text, "");
+      const headersOf = (res: HttpResult) =>
+        [...res.headers].filter(([name]) => !["date", "connection", "keep-alive"].includes(name));
+      assert.deepEqual(headersOf(notModified), headersOf(routedNotModified));
+      assert.deepEqual(
+        headersOf(notModified).map(([name]) => name),
+        ["access-control-allow-origin", "access-control-expose-headers", "cache-control", "etag"],
+      );
+
       const missing = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
       const plainMissing = await h.request("GET", `/v1/listings/${missing}`);
       assert.equal(plainMissing.status, 404);
@@ -155,5 +178,78 @@ for (const variant of STORE_VARIANTS) {
         assert.equal(second.json.title, "Written elsewhere");
       });
     }
+  });
+}
+
+/**
+ * Behind proxies the rate-limit identity comes from `X-Forwarded-For`, but only as told by a
+ * listed proxy. On this machine 127.0.0.2 plays the proxy and 127.0.0.1 a client that reaches the
+ * server directly; 192.0.2.0/24 holds the proxies in front of it. At most two proxies are walked
+ * through (TRUSTED_PROXY_HOPS). Reads alternate between the fast path and the Fastify route: one
+ * rule for both.
+ */
+for (const variant of STORE_VARIANTS) {
+  describe(`the client address behind trusted proxies (${variant.name})`, () => {
+    const PROXY = "127.0.0.2";
+    let h: DirectoryHarness;
+    let did: string;
+    const read = (i: number, headers: Record<string, string>, from?: string) =>
+      h.request("GET", i % 2 === 0 ? `/v1/listings/${did}` : didPath(did), {
+        headers,
+        ...(from === undefined ? {} : { from }),
+      });
+    /** Two reads allowed a window: both succeed, the third is 429, whichever way each came in. */
+    async function assertOneIdentity(label: string, headersOf: (i: number) => Record<string, string>, from?: string) {
+      const statuses: number[] = [];
+      for (let i = 0; i < 4; i++) statuses.push((await read(i, headersOf(i), from)).status);
+      assert.deepEqual(statuses, [200, 200, 429, 429], label);
+    }
+
+    before(async () => {
+      h = await startDirectoryHarness(variant, {
+        sites: 2,
+        env: {
+          TRUSTED_PROXIES: `${PROXY}, 192.0.2.0/24`,
+          TRUSTED_PROXY_HOPS: "2",
+          DIRECTORY_RATE_LIMITS: "create=1000/60,read=2/60",
+        },
+      });
+      ({ did } = await registerPlain(h, { title: "Behind a proxy" }));
+    });
+    after(async () => h?.close());
+
+    test("a client that connects directly cannot choose its identity with X-Forwarded-For", async () => {
+      await h.advance(60);
+      await assertOneIdentity("every read names another address", (i) => ({ "x-forwarded-for": `198.51.100.${i}` }));
+      const sideways = await h.request("GET", `/v1/listings/${did}`, {
+        headers: { "x-forwarded-for": "198.51.100.99, 127.0.0.2" },
+      });
+      assert.equal(sideways.status, 429, "naming the proxy does not help either");
+    });
+
+    test("a listed proxy's X-Forwarded-For names the client, read from the right", async () => {
+      await h.advance(60);
+      await assertOneIdentity("the direct client", () => ({}));
+      const client = { "x-forwarded-for": "203.0.113.7" };
+      await assertOneIdentity("203.0.113.7 through the proxy", () => client, PROXY);
+      // Another client behind the same proxy has its own counter; what that client wrote to the
+      // left of the proxy's entry (here the exhausted 203.0.113.7) is not believed.
+      const other = await read(0, { "x-forwarded-for": "203.0.113.7, 203.0.113.8" }, PROXY);
+      assert.equal(other.status, 200);
+      // A second listed proxy (192.0.2.0/24) in the chain is walked through.
+      await assertOneIdentity(
+        "203.0.113.9 through two proxies",
+        () => ({ "x-forwarded-for": "203.0.113.9, 192.0.2.10" }),
+        PROXY,
+      );
+      // A third proxy is past TRUSTED_PROXY_HOPS: the walk stops at it, whatever is to its left.
+      await assertOneIdentity(
+        "192.0.2.11, the third hop",
+        (i) => ({ "x-forwarded-for": `203.0.113.${20 + i}, 192.0.2.11, 192.0.2.10` }),
+        PROXY,
+      );
+      const proxyItself = await read(0, {}, PROXY);
+      assert.equal(proxyItself.status, 200, "without the header the proxy is its own client");
+    });
   });
 }

@@ -1427,5 +1427,20 @@ for (const variant of STORE_VARIANTS) {
       }
       assert.equal(sentinel.hits, 0);
     });
+
+    test("a name that does not resolve is answered exactly like one pinned to a private address", async () => {
+      // `.invalid` never resolves (RFC 6761); evil-private.test is pinned to 10.0.0.1.
+      const answers = [];
+      for (const name of ["evil-private.test", "evil.test", "localhost", "nowhere.invalid"]) {
+        const url = `https://${name}:${sentinel.port}/.well-known/proto`;
+        const res = await submit(h, { discovery_url: url, challenge_token: await issue(h, url) });
+        answers.push({ status: res.status, body: res.text.replaceAll(name, "NAME") });
+      }
+      const [first, ...rest] = answers;
+      for (const answer of rest) assert.deepEqual(answer, first);
+      assert.equal(first?.status, 400);
+      assert.match(first?.body ?? "", /proof_fetch_failed/);
+      assert.equal(sentinel.hits, 0);
+    });
   });
 }

@@ -6,13 +6,16 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import type { ServerResponse } from "node:http";
+import { once } from "node:events";
+import { createServer, type ServerResponse } from "node:http";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { DISCOVERY_PATH } from "@proto/testkit";
+import BetterSqlite3 from "better-sqlite3";
 import { buildDirectoryApp, type DirectoryApp } from "../src/directory/app.js";
 import { readDirectoryConfig } from "../src/directory/config.js";
 import type { MirrorFetch } from "../src/directory/mirror.js";
+import { MIRROR_HEARTBEAT_MS, MIRROR_LEASE_MS } from "../src/directory/mirror-lease.js";
 import { type DirectoryHarness, didPath, type HttpResult, startDirectoryHarness } from "./support/directory.js";
 import { httpRequest, quietLog, type RequestOptions } from "./support/http.js";
 import {
@@ -391,6 +394,74 @@ for (const variant of STORE_VARIANTS) {
       }
     });
 
+    test("a replica killed mid-sync is taken over once its short lease runs out, not minutes later", {
+      timeout: 60_000,
+    }, async () => {
+      const up = await startDirectoryHarness(variant, { sites: 2 });
+      const database = await createTestDatabase(variant.engine);
+      // The upstream as the killed replica knows it: it answers no request, so the pass hangs.
+      const hanging = createServer();
+      const firstRequest = once(hanging, "request");
+      hanging.listen(0, "127.0.0.1");
+      await once(hanging, "listening");
+      const address = hanging.address();
+      assert.ok(address !== null && typeof address === "object");
+      const upstream = `http://127.0.0.1:${address.port}`;
+      const env: Record<string, string> = {};
+      for (const [key, value] of Object.entries(process.env)) {
+        if (value !== undefined && !/^(NODE_TEST_CONTEXT|NODE_OPTIONS|DIRECTORY_|PROTO_|LOG_LEVEL)/.test(key)) {
+          env[key] = value;
+        }
+      }
+      const child = spawn(
+        process.execPath,
+        [
+          "--conditions=source",
+          "--import",
+          "tsx",
+          fileURLToPath(new URL("../src/cli.ts", import.meta.url)),
+          ...["directory", "--port", "0", "--host", "127.0.0.1", "--mirror-of", upstream],
+        ],
+        {
+          env: { ...env, DIRECTORY_DATABASE_URL: database.url, DIRECTORY_PUBLIC_URL: MIRROR_PUBLIC_URL },
+          stdio: "ignore",
+        },
+      );
+      const exited = once(child, "exit");
+      let mirror: Mirror | undefined;
+      try {
+        await Promise.race([
+          firstRequest,
+          exited.then(() => assert.fail("the replica ended before it asked the upstream")),
+        ]);
+        // It holds the lease (taken before its first request) and dies without a word.
+        child.kill("SIGKILL");
+        await exited;
+        hanging.closeAllConnections();
+
+        const dids = [(await up.register()).did, (await up.register()).did];
+        // The surviving replica reaches the same upstream (here: the harness behind that URL).
+        mirror = await startMirror(database, upstream, {
+          fetch: (url, init) => fetch(url.replace(upstream, up.url), init),
+        });
+        assert.equal((await mirror.sync()).outcome, "busy", "the lease is the dead replica's for now");
+        await mirror.advance(MIRROR_LEASE_MS / 1000 - 2);
+        assert.equal((await mirror.sync()).outcome, "busy");
+        await mirror.advance(3);
+        const takenOver = await mirror.sync();
+        assert.equal(takenOver.outcome, "synced", takenOver.error);
+        assert.equal(takenOver.listings_applied, 2);
+        await assertSameReads(up, mirror, dids);
+      } finally {
+        if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+        await mirror?.close();
+        hanging.closeAllConnections();
+        hanging.close();
+        await up.close();
+        await database.drop();
+      }
+    });
+
     test("a rate-limited mirror waits for the upstream's Retry-After before it asks again", async () => {
       const up = await startDirectoryHarness(variant, { sites: 1, env: { DIRECTORY_RATE_LIMITS: "read=1/3600" } });
       const database = await createTestDatabase(variant.engine);
@@ -569,6 +640,57 @@ describe("directory mirror (behaviour without an upstream)", () => {
       assert.deepEqual(listed.json, { listings: [listing(1), listing(2)], next_cursor: null });
     } finally {
       await mirror.close();
+      await database.drop();
+    }
+  });
+
+  test("a live replica's heartbeat keeps the lease through a slow page: one replica syncs at a time", async () => {
+    const database = await createTestDatabase(sqlite.engine);
+    let stalledResolve: () => void = () => undefined;
+    const stalled = new Promise<void>((resolve) => {
+      stalledResolve = resolve;
+    });
+    const slow: MirrorFetch = (_url, init) => {
+      stalledResolve();
+      return new Promise((_resolve, reject) => {
+        init.signal?.addEventListener("abort", () => reject(init.signal?.reason));
+      });
+    };
+    const holder = await startMirror(database, UPSTREAM, { fetch: slow });
+    const counted = recorder(answering(200, { listings: [], next_cursor: null }));
+    const other = await startMirror(database, UPSTREAM, { fetch: counted.fetch });
+    const leaseUntil = () => {
+      const file = new BetterSqlite3(database.url.slice("sqlite:".length), { readonly: true });
+      try {
+        return (file.prepare("select lease_until from dir_mirror_state").get() as { lease_until: number }).lease_until;
+      } finally {
+        file.close();
+      }
+    };
+    try {
+      const pending = holder.sync();
+      await stalled;
+      assert.equal((await other.sync()).outcome, "busy");
+      // Time passes for both replicas, past the lease as it was taken: the holder's next heartbeat
+      // (a real-time timer) renews it from its own clock. Wait for that write, not for a duration.
+      const taken = leaseUntil();
+      await holder.advance(MIRROR_LEASE_MS / 1000 + 5);
+      await other.advance(MIRROR_LEASE_MS / 1000 + 5);
+      const deadline = Date.now() + MIRROR_HEARTBEAT_MS * 3;
+      while (leaseUntil() <= taken + MIRROR_LEASE_MS) {
+        assert.ok(Date.now() < deadline, "no heartbeat renewed the lease");
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.equal((await other.sync()).outcome, "busy", "a live holder is not displaced");
+      assert.equal(counted.calls.length, 0, "the other replica never asked the upstream");
+      // The holder stops: its lease goes with it, and the other replica syncs at once.
+      await holder.close();
+      assert.equal((await pending).outcome, "stopped");
+      assert.equal((await other.sync()).outcome, "synced");
+      assert.equal(counted.calls.length, 1);
+    } finally {
+      await holder.close();
+      await other.close();
       await database.drop();
     }
   });

@@ -642,6 +642,71 @@ for (const variant of STORE_VARIANTS) {
       assert.match(item.headers.get("content-type") ?? "", /^application\/json/);
     });
 
+    test("every public read answers a browser's CORS preflight", async () => {
+      const { did } = await h.register(undefined, { title: "Preflight" });
+      for (const path of [
+        "/v1/listings",
+        listPath({ search: "pre", tag: "x" }),
+        didPath(did),
+        "/schemas/discovery-0.1.json",
+      ]) {
+        const res = await h.request("OPTIONS", path, {
+          headers: {
+            origin: "https://reader.example",
+            "access-control-request-method": "GET",
+            "access-control-request-headers": "if-none-match",
+          },
+        });
+        assert.equal(res.status, 204, `${path}: ${res.text}`);
+        assert.equal(res.text, "", path);
+        assert.equal(res.headers.get("access-control-allow-origin"), "*", path);
+        assert.equal(res.headers.get("access-control-allow-methods"), "GET, HEAD, OPTIONS", path);
+        assert.equal(res.headers.get("access-control-allow-headers"), "Accept, If-None-Match", path);
+        assert.equal(res.headers.get("access-control-max-age"), "86400", path);
+      }
+    });
+
+    test("reads carry an ETag; If-None-Match naming it is 304 with ETag and Cache-Control and no body", async () => {
+      const { did, token } = await h.register(undefined, { title: "Tagged" });
+      const reads: [string, string][] = [
+        [listPath({ search: "tagged" }), LIST_CACHE],
+        [didPath(did), ITEM_CACHE],
+        ["/schemas/discovery-0.1.json", "public, max-age=86400"],
+      ];
+      for (const [path, cache] of reads) {
+        const full = await h.request("GET", path);
+        assert.equal(full.status, 200, path);
+        const etag = full.headers.get("etag") ?? "";
+        assert.match(etag, /^"[A-Za-z0-9_-]{43}"$/, path);
+        assert.equal(full.headers.get("access-control-expose-headers"), "ETag, Retry-After", path);
+        assert.equal((await h.request("GET", path)).headers.get("etag"), etag, `${path}: same bytes, same tag`);
+        for (const ifNoneMatch of [etag, `W/${etag}`, `"other", ${etag}`, "*"]) {
+          const again = await h.request("GET", path, { headers: { "if-none-match": ifNoneMatch } });
+          assert.equal(again.status, 304, `${path} If-None-Match: ${ifNoneMatch}`);
+          assert.equal(again.text, "", path);
+          assert.equal(again.headers.get("etag"), etag, path);
+          assert.equal(again.headers.get("cache-control"), cache, path);
+          assert.equal(again.headers.get("access-control-allow-origin"), "*", path);
+          assert.equal(again.headers.get("content-type"), null, path);
+          assert.equal(again.headers.get("content-length"), null, path);
+        }
+        for (const ifNoneMatch of ['"other"', etag.slice(1, -1)]) {
+          const other = await h.request("GET", path, { headers: { "if-none-match": ifNoneMatch } });
+          assert.equal(other.status, 200, `${path} If-None-Match: ${ifNoneMatch}`);
+          assert.equal(other.text, full.text, path);
+        }
+      }
+      // A change makes the earlier tag stale: the reader gets the new body.
+      const before = await h.request("GET", didPath(did));
+      assert.equal((await h.request("PATCH", didPath(did), { token, body: { title: "Retagged" } })).status, 200);
+      const after = await h.request("GET", didPath(did), {
+        headers: { "if-none-match": before.headers.get("etag") ?? "" },
+      });
+      assert.equal(after.status, 200);
+      assert.equal(after.json.title, "Retagged");
+      assert.notEqual(after.headers.get("etag"), before.headers.get("etag"));
+    });
+
     test("a single read of an unknown DID is 404 not_found in the error envelope", async () => {
       for (const path of [
         didPath("did:web:nobody.test"),

@@ -614,6 +614,19 @@ describe("production refuses unsafe configuration", () => {
     });
   }
 
+  test("NODE_ENV names production in any case and with surrounding spaces", () => {
+    for (const spelling of ["Production", "PRODUCTION", " production ", "\tProDuction\n"]) {
+      const env = { PROTO_TEST_HOOKS: "1", NODE_ENV: spelling };
+      const directory = problemsOf(() => readDirectoryConfig({ ...directoryProduction, ...env }));
+      assertProblem(directory, /PROTO_TEST_HOOKS must not be set when NODE_ENV=production/);
+      const trust = problemsOf(() => readTrustConfig({ ...trustProduction, ...env, TRUST_PSEUDONYM_KEY: undefined }));
+      assertProblem(trust, /PROTO_TEST_HOOKS must not be set when NODE_ENV=production/);
+      assertProblem(trust, /TRUST_PSEUDONYM_KEY is required when NODE_ENV=production/);
+    }
+    assert.equal(readTrustConfig({ ...trustProduction, NODE_ENV: " Production " }).platform.production, true);
+    assert.equal(readTrustConfig({ ...trustProduction, NODE_ENV: "development" }).platform.production, false);
+  });
+
   test("an http public URL is refused", () => {
     assertProblem(
       problemsOf(() =>
@@ -706,5 +719,60 @@ describe("production refuses unsafe configuration", () => {
         `${variable} in ${JSON.stringify(problems)}`,
       );
     }
+  });
+});
+
+describe("trusted proxies are checked at start", () => {
+  // Secrets given, so development does not generate its secrets file.
+  const readTrust = (env: Env) =>
+    readTrustConfig({ TRUST_KEY_ENCRYPTION_KEY: KEK, TRUST_PSEUDONYM_KEY: PSEUDONYM, ...env });
+  test("TRUSTED_PROXIES takes IPv4 and IPv6 addresses, CIDRs and the named ranges", () => {
+    const value = " 10.0.0.5, 10.1.0.0/16 ,fd00::/8, ::1, loopback ";
+    assert.deepEqual(readDirectoryConfig({ TRUSTED_PROXIES: value }).platform.trustedProxies, [
+      "10.0.0.5",
+      "10.1.0.0/16",
+      "fd00::/8",
+      "::1",
+      "loopback",
+    ]);
+    assert.deepEqual(readTrust({ TRUSTED_PROXIES: value, TRUSTED_PROXY_HOPS: "2" }).platform.trustedProxies, [
+      "10.0.0.5",
+      "10.1.0.0/16",
+      "fd00::/8",
+      "::1",
+      "loopback",
+    ]);
+  });
+
+  test("a bad entry is one problem naming every bad entry", () => {
+    for (const read of [readDirectoryConfig, readTrust]) {
+      const problems = problemsOf(() =>
+        read({ TRUSTED_PROXIES: "10.0.0.5, proxy.internal, 10.0.0.0/33, 0.0.0.0/0, ::/0, 10.0.0.0/x, 10" }),
+      );
+      assertProblem(problems, /^TRUSTED_PROXIES: /);
+      const problem = problems.find((p) => p.startsWith("TRUSTED_PROXIES"));
+      for (const entry of ["proxy.internal", "10.0.0.0/33", "0.0.0.0/0", "::/0", "10.0.0.0/x", '"10"']) {
+        assert.ok(problem?.includes(entry), `${entry} in ${problem}`);
+      }
+      assert.ok(!problem?.includes('"10.0.0.5"'), problem);
+      assertProblem(
+        problemsOf(() => read({ TRUSTED_PROXIES: " , " })),
+        /^TRUSTED_PROXIES: lists no address/,
+      );
+    }
+  });
+
+  test("TRUSTED_PROXY_HOPS without TRUSTED_PROXIES is refused in every environment", () => {
+    for (const env of [{}, { NODE_ENV: "production" }]) {
+      assertProblem(
+        problemsOf(() => readDirectoryConfig({ ...env, TRUSTED_PROXY_HOPS: "1" })),
+        /^TRUSTED_PROXY_HOPS needs TRUSTED_PROXIES/,
+      );
+      assertProblem(
+        problemsOf(() => readTrust({ ...env, TRUSTED_PROXY_HOPS: "1" })),
+        /^TRUSTED_PROXY_HOPS needs TRUSTED_PROXIES/,
+      );
+    }
+    assert.equal(readDirectoryConfig({ TRUSTED_PROXY_HOPS: "0" }).platform.trustedProxyHops, 0);
   });
 });

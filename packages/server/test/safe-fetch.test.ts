@@ -386,7 +386,7 @@ describe("createSafeFetcher", () => {
       it(`refuses a name pinned to ${address} without connecting`, async () => {
         const resolve = new Map([[`evil.test:${sentinel.port}`, address]]);
         const safe = fetcher({ allowPrivate: false, resolve });
-        const error = await assertFailure(safe.get(`https://evil.test:${sentinel.port}/`), "forbidden_address");
+        const error = await assertFailure(safe.get(`https://evil.test:${sentinel.port}/`), "no_public_address");
         assertNoAddressIn(error.message, [address, sentinel.address, String(sentinel.port)]);
         assert.equal(sentinel.hits, 0);
       });
@@ -394,7 +394,7 @@ describe("createSafeFetcher", () => {
       it(`refuses a name that DNS resolves to ${address} without connecting`, async () => {
         const { calls, lookup } = recordingLookup(() => [{ address, family: familyOf(address) }]);
         const safe = fetcher({ allowPrivate: false, resolve: new Map(), lookup });
-        const error = await assertFailure(safe.get(`https://evil.test:${sentinel.port}/`), "forbidden_address");
+        const error = await assertFailure(safe.get(`https://evil.test:${sentinel.port}/`), "no_public_address");
         assert.deepEqual(calls, ["evil.test"]);
         assertNoAddressIn(error.message, [address, sentinel.address]);
         assert.equal(sentinel.hits, 0);
@@ -409,7 +409,7 @@ describe("createSafeFetcher", () => {
       ]) {
         const { lookup } = recordingLookup(() => answers.map((address) => ({ address, family: familyOf(address) })));
         const safe = fetcher({ allowPrivate: false, resolve: new Map(), lookup });
-        const error = await assertFailure(safe.get(`https://mixed.test:${sentinel.port}/`), "forbidden_address");
+        const error = await assertFailure(safe.get(`https://mixed.test:${sentinel.port}/`), "no_public_address");
         assertNoAddressIn(error.message, answers);
       }
       assert.equal(sentinel.hits, 0);
@@ -418,15 +418,30 @@ describe("createSafeFetcher", () => {
     it("refuses IP-literal URLs of non-public addresses", async () => {
       const safe = fetcher({ allowPrivate: false, resolve: new Map() });
       for (const literal of ["127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "0x7f.1", "2130706433"]) {
-        await assertFailure(safe.get(`https://${literal}:${sentinel.port}/`), "forbidden_address");
+        await assertFailure(safe.get(`https://${literal}:${sentinel.port}/`), "no_public_address");
       }
       assert.equal(sentinel.hits, 0);
+    });
+
+    it("a name that does not resolve fails exactly like one that resolves to a private address", async () => {
+      const lookup = async (hostname: string): Promise<ResolvedAddress[]> => {
+        if (hostname === "internal.test") return [{ address: "10.0.0.7", family: 4 }];
+        throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: "ENOTFOUND" });
+      };
+      const safe = fetcher({ allowPrivate: false, resolve: new Map(), lookup });
+      const internal = await fetchError(safe.get("https://internal.test/"));
+      const missing = await fetchError(safe.get("https://missing.test/"));
+      const literal = await fetchError(safe.get("https://10.0.0.7/"));
+      for (const other of [missing, literal]) {
+        assert.deepEqual([other.kind, other.message], [internal.kind, internal.message]);
+      }
+      assert.equal(internal.kind, "no_public_address");
     });
 
     it("vets a pinned address even though it comes from configuration", async () => {
       const safe = fetcher({ allowPrivate: false, resolve: parseResolveOverrides(host.resolveEntries()) });
       host.serveProof("token");
-      await assertFailure(safe.get(`${host.origin()}${PROOF_PATH}`), "forbidden_address");
+      await assertFailure(safe.get(`${host.origin()}${PROOF_PATH}`), "no_public_address");
       assert.equal(host.requests.length, 0);
     });
   });
@@ -435,24 +450,24 @@ describe("createSafeFetcher", () => {
     it("pins a name only for the port given", async () => {
       const { calls, lookup } = recordingLookup(() => []);
       const safe = fetcher({ lookup });
-      await assertFailure(safe.get(`https://files.test:${host.port + 1}/`), "resolve_failed");
+      await assertFailure(safe.get(`https://files.test:${host.port + 1}/`), "no_public_address");
       assert.deepEqual(calls, ["files.test"]);
     });
 
-    it("reports a failing resolver as resolve_failed", async () => {
+    it("reports a failing resolver as no_public_address", async () => {
       const lookup = async (): Promise<ResolvedAddress[]> => {
         throw Object.assign(new Error("getaddrinfo ENOTFOUND nowhere.test"), { code: "ENOTFOUND" });
       };
       const error = await assertFailure(
         fetcher({ resolve: new Map(), lookup }).get("https://nowhere.test/"),
-        "resolve_failed",
+        "no_public_address",
       );
       assert.ok(!error.message.includes("getaddrinfo"));
     });
 
-    it("reports a resolver answer that is not an address as resolve_failed", async () => {
+    it("reports a resolver answer that is not an address as no_public_address", async () => {
       const lookup = async (): Promise<ResolvedAddress[]> => [{ address: "localhost", family: 4 }];
-      await assertFailure(fetcher({ resolve: new Map(), lookup }).get("https://odd.test/"), "resolve_failed");
+      await assertFailure(fetcher({ resolve: new Map(), lookup }).get("https://odd.test/"), "no_public_address");
     });
 
     it("counts a resolver that never answers against the deadline", async () => {

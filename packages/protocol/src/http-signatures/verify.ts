@@ -205,8 +205,9 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
       throw protoError("revoked_key");
     }
     const nowSeconds = Math.floor(now() / 1000);
-    if (parsed.expires < parsed.created || parsed.expires - parsed.created > MAX_SIGNATURE_VALIDITY_SECONDS) {
-      throw invalid(`expires must follow created by at most ${MAX_SIGNATURE_VALIDITY_SECONDS} seconds`);
+    // A signature valid for no time at all (expires = created) is as malformed as one that ends before it starts.
+    if (parsed.expires <= parsed.created || parsed.expires - parsed.created > MAX_SIGNATURE_VALIDITY_SECONDS) {
+      throw invalid(`expires must follow created, by at most ${MAX_SIGNATURE_VALIDITY_SECONDS} seconds`);
     }
     if (parsed.created > nowSeconds + skew) throw invalid("signature is dated in the future");
     if (nowSeconds > parsed.expires + skew) throw protoError("expired_signature");

@@ -60,6 +60,7 @@ export async function buildDirectoryApp(
   instrumentRevalidation(service, metrics);
   const app = createHttpServer({
     logLevel: config.platform.logLevel,
+    trustedProxies: config.platform.trustedProxies,
     trustedProxyHops: config.platform.trustedProxyHops,
     ...(options.logStream ? { logStream: options.logStream } : {}),
     metrics,

@@ -2,17 +2,13 @@ import { notFound } from "../platform/errors.js";
 import { type FastAnswer, type FastRoute, fastError } from "../platform/fast-path.js";
 import { rateLimitError } from "../platform/http.js";
 import { type RateLimitDecision, type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
+import { conditionalRead, READ_CORS } from "./read-answers.js";
 import type { DirectoryService } from "./service.js";
 
 /** Spec: single-listing reads may be cached by clients for a minute and by shared caches for five. */
 export const ITEM_CACHE = "public, max-age=60, s-maxage=300";
 
-const FOUND_HEADERS = {
-  "access-control-allow-origin": "*",
-  "cache-control": ITEM_CACHE,
-  "content-type": "application/json; charset=utf-8",
-} as const;
-const ERROR_HEADERS = { "access-control-allow-origin": "*" } as const;
+const JSON_TYPE = "application/json; charset=utf-8";
 
 export const ITEM_PATTERN = "/v1/listings/:did";
 const ITEM_PREFIX = "/v1/listings/";
@@ -24,14 +20,18 @@ const PLAIN_DID = /^did:[A-Za-z0-9._:-]{1,2044}$/;
  * The answer of `GET /v1/listings/{did}` once the read limit let the request through. The
  * Fastify route and the fast route both answer with it, so they cannot drift apart.
  */
-export function answerItem(service: DirectoryService, did: string): FastAnswer | Promise<FastAnswer> {
+export function answerItem(
+  service: DirectoryService,
+  did: string,
+  ifNoneMatch: string | string[] | undefined,
+): FastAnswer | Promise<FastAnswer> {
   const body = service.get(did);
-  return body instanceof Promise ? body.then(found) : found(body);
+  return body instanceof Promise ? body.then((text) => found(text, ifNoneMatch)) : found(body, ifNoneMatch);
 }
 
-function found(body: string | undefined): FastAnswer {
-  if (body === undefined) return fastError(notFound("no listing for that DID"), ERROR_HEADERS);
-  return { status: 200, headers: FOUND_HEADERS, body };
+function found(body: string | undefined, ifNoneMatch: string | string[] | undefined): FastAnswer {
+  if (body === undefined) return fastError(notFound("no listing for that DID"), READ_CORS);
+  return conditionalRead(body, ITEM_CACHE, JSON_TYPE, ifNoneMatch);
 }
 
 /** The same read ahead of Fastify's router, for the plain paths that are nearly all of them. */
@@ -44,12 +44,18 @@ export function itemReadFastRoute(service: DirectoryService, limiter: RateLimite
       const did = request.url.slice(ITEM_PREFIX.length);
       if (!PLAIN_DID.test(did)) return undefined;
       const key = rateLimitKey("ip", clientIp(request));
-      if (limiter.hitSync !== undefined) return afterLimit(service, limiter.hitSync(rule, key), did);
-      return limiter.hit(rule, key).then((decision) => afterLimit(service, decision, did));
+      const ifNoneMatch = request.headers["if-none-match"];
+      if (limiter.hitSync !== undefined) return afterLimit(service, limiter.hitSync(rule, key), did, ifNoneMatch);
+      return limiter.hit(rule, key).then((decision) => afterLimit(service, decision, did, ifNoneMatch));
     },
   };
 }
 
-function afterLimit(service: DirectoryService, decision: RateLimitDecision, did: string) {
-  return decision.allowed ? answerItem(service, did) : fastError(rateLimitError(decision), ERROR_HEADERS);
+function afterLimit(
+  service: DirectoryService,
+  decision: RateLimitDecision,
+  did: string,
+  ifNoneMatch: string | string[] | undefined,
+) {
+  return decision.allowed ? answerItem(service, did, ifNoneMatch) : fastError(rateLimitError(decision), READ_CORS);
 }

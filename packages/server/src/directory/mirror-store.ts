@@ -110,6 +110,17 @@ export async function takeSyncLease(db: store.Db, owner: string, now: number, un
   return Number(result.numUpdatedRows) === 1;
 }
 
+/** Extends the lease while this process holds it; false once it is another's (or released). */
+export async function renewSyncLease(db: store.Db, owner: string, until: number): Promise<boolean> {
+  const result = await state(db)
+    .updateTable("dir_mirror_state")
+    .set({ lease_until: until })
+    .where("id", "=", 1)
+    .where("lease_owner", "=", owner)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
 export async function releaseSyncLease(db: store.Db, owner: string): Promise<void> {
   await state(db)
     .updateTable("dir_mirror_state")

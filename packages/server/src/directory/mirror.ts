@@ -6,14 +6,13 @@ import { ApiError } from "../platform/errors.js";
 import { parseDiscoveryUrl } from "./discovery-url.js";
 import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
 import type { DirectorySchema } from "./migrations.js";
+import { LeaseLost, MirrorLease } from "./mirror-lease.js";
 import {
   applyMirroredListing,
   type MirroredListing,
   type MirrorState,
   openMirrorState,
-  releaseSyncLease,
   saveMirrorProgress,
-  takeSyncLease,
 } from "./mirror-store.js";
 import { parseRfc3339 } from "./routes.js";
 
@@ -251,9 +250,10 @@ export class DirectoryMirror {
     const now = this.#clock.now();
     if (this.#retryAt !== null && now < this.#retryAt) return { ...result, outcome: "deferred" };
     const db = this.#db.db;
-    const leaseMs = this.#settings.timeoutSeconds * 2000 + 60_000;
+    let lease: MirrorLease | undefined;
     try {
-      if (!(await takeSyncLease(db, this.#owner, now, now + leaseMs))) {
+      lease = await MirrorLease.take(db, this.#owner, this.#clock, this.#log);
+      if (lease === undefined) {
         // Another replica on this database syncs; its progress is ours to report.
         this.#state = await openMirrorState(db, this.upstream);
         return { ...result, outcome: "busy" };
@@ -263,7 +263,7 @@ export class DirectoryMirror {
     }
     this.#syncing = true;
     try {
-      await this.#traverse(result, leaseMs);
+      await this.#traverse(result, lease);
       this.#totals.passes++;
       this.#failures = 0;
       this.#retryAt = null;
@@ -275,17 +275,17 @@ export class DirectoryMirror {
       return result;
     } catch (error) {
       if (this.#stop.signal.aborted) return { ...result, outcome: "stopped" };
+      // Not a failure: the replica that took over goes on from the last page applied here.
+      if (lease.signal.aborted || error instanceof LeaseLost) return { ...result, outcome: "busy" };
       return this.#failed(result, error);
     } finally {
       this.#syncing = false;
-      await releaseSyncLease(db, this.#owner).catch((error: unknown) =>
-        this.#log.warn({ err: error }, "mirror: could not release the sync lease"),
-      );
+      await lease.release();
     }
   }
 
   /** Pages from where the last pass stopped to the end of the upstream's list. */
-  async #traverse(result: PassResult, leaseMs: number): Promise<void> {
+  async #traverse(result: PassResult, lease: MirrorLease): Promise<void> {
     const db = this.#db.db;
     const state = await openMirrorState(db, this.upstream);
     this.#state = state;
@@ -305,7 +305,7 @@ export class DirectoryMirror {
     for (;;) {
       let page: UpstreamPage;
       try {
-        page = await this.#fetchPage(traversal.since, traversal.cursor);
+        page = await this.#fetchPage(traversal.since, traversal.cursor, lease.signal);
       } catch (error) {
         // A cursor the upstream no longer takes (say, after its upgrade): start again from the
         // position, which loses nothing; the traversal's start time still holds.
@@ -341,9 +341,7 @@ export class DirectoryMirror {
         for (const listing of page.listings) {
           if (await applyMirroredListing(trx, listing, this.#intervalMs)) count++;
         }
-        if (!(await saveMirrorProgress(trx, this.#owner, this.#clock.now() + leaseMs, progress))) {
-          throw new Error("another replica took over the sync");
-        }
+        if (!(await saveMirrorProgress(trx, this.#owner, lease.until(), progress))) throw new LeaseLost();
         return count;
       });
       Object.assign(state, progress);
@@ -351,6 +349,7 @@ export class DirectoryMirror {
       this.#totals.listingsApplied += applied;
       if (done) return;
       this.#stop.signal.throwIfAborted();
+      lease.signal.throwIfAborted();
       traversal = { ...traversal, cursor: page.nextCursor };
     }
   }
@@ -390,15 +389,16 @@ export class DirectoryMirror {
     return Math.min(this.#settings.maxBackoffSeconds * 1000, exponential * (1 + Math.random() * 0.2));
   }
 
-  async #fetchPage(since: number | null, cursor: string | null): Promise<UpstreamPage> {
+  async #fetchPage(since: number | null, cursor: string | null, leaseLost: AbortSignal): Promise<UpstreamPage> {
     const query = new URLSearchParams({ limit: String(this.#settings.pageSize), include_deleted: "true" });
     if (since !== null) query.set("updated_since", new Date(since).toISOString());
     if (cursor !== null) query.set("cursor", cursor);
     const timeout = AbortSignal.timeout(this.#settings.timeoutSeconds * 1000);
-    const signal = AbortSignal.any([this.#stop.signal, timeout]);
+    const signal = AbortSignal.any([this.#stop.signal, leaseLost, timeout]);
     const where = this.#listUrl;
     const failure = (error: unknown) => {
       if (this.#stop.signal.aborted) return this.#stop.signal.reason as Error;
+      if (leaseLost.aborted) return leaseLost.reason as Error;
       if (timeout.aborted)
         return new UpstreamError(`${where} did not answer within ${this.#settings.timeoutSeconds} s`);
       if (error instanceof UpstreamError) return error;

@@ -1,5 +1,5 @@
 import { DISCOVERY_SCHEMA } from "@proto/protocol";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError, invalidRequest } from "../platform/errors.js";
 import { addFastRoute, rateLimitHook } from "../platform/http.js";
 import { FREE_TEXT, SINGLE_LINE } from "../platform/input-rules.js";
@@ -8,6 +8,7 @@ import type { RateLimiter } from "../platform/rate-limit.js";
 import { constantTimeEqual } from "../platform/tokens.js";
 import { answerItem, ITEM_PATTERN, itemReadFastRoute } from "./item-read.js";
 import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
+import { conditionalRead, READ_CORS, registerReadPreflights, sendAnswer } from "./read-answers.js";
 import type { DirectoryService, ListingPatch, Submission } from "./service.js";
 import type { DirectorySettings } from "./settings.js";
 import { renderSitemap } from "./sitemap.js";
@@ -171,10 +172,6 @@ function bearerToken(request: FastifyRequest): string | undefined {
   return match?.[1];
 }
 
-function readHeaders(reply: FastifyReply, cache: string): FastifyReply {
-  return reply.header("access-control-allow-origin", "*").header("cache-control", cache);
-}
-
 /** The directory API of spec `directory.md`, the sitemap, and the published discovery schema. */
 export async function directoryRoutes(app: FastifyInstance, options: DirectoryRoutesOptions): Promise<void> {
   const { service, limiter, settings } = options;
@@ -267,7 +264,7 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
         response: { 200: listingPage, "4xx": ERROR_ENVELOPE },
       },
       onRequest: async (request, reply) => {
-        reply.header("access-control-allow-origin", "*");
+        reply.headers(READ_CORS);
         await readLimit(request);
       },
     },
@@ -288,7 +285,10 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
         includeDeleted: q.include_deleted,
       });
       const body = `{"listings":[${page.bodies.join(",")}],"next_cursor":${JSON.stringify(page.nextCursor)}}`;
-      return readHeaders(reply, LIST_CACHE).type("application/json; charset=utf-8").send(body);
+      return sendAnswer(
+        reply,
+        conditionalRead(body, LIST_CACHE, "application/json; charset=utf-8", request.headers["if-none-match"]),
+      );
     },
   );
 
@@ -303,14 +303,12 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
         response: { 200: listing, "4xx": ERROR_ENVELOPE },
       },
       onRequest: async (request, reply) => {
-        reply.header("access-control-allow-origin", "*");
+        reply.headers(READ_CORS);
         await readLimit(request);
       },
     },
-    async (request, reply) => {
-      const answer = await answerItem(service, request.params.did);
-      return reply.code(answer.status).headers(answer.headers).send(answer.body);
-    },
+    async (request, reply) =>
+      sendAnswer(reply, await answerItem(service, request.params.did, request.headers["if-none-match"])),
   );
   addFastRoute(app, itemReadFastRoute(service, limiter, limits.read));
 
@@ -349,13 +347,14 @@ export async function directoryRoutes(app: FastifyInstance, options: DirectoryRo
       },
     },
   };
-  app.get(DISCOVERY_SCHEMA_PATH, { schema: schemaDoc }, async (_request, reply) =>
-    reply
-      .header("access-control-allow-origin", "*")
-      .header("cache-control", "public, max-age=86400")
-      .type("application/schema+json")
-      .send(JSON.stringify(DISCOVERY_SCHEMA)),
+  const schemaBody = JSON.stringify(DISCOVERY_SCHEMA);
+  app.get(DISCOVERY_SCHEMA_PATH, { schema: schemaDoc }, async (request, reply) =>
+    sendAnswer(
+      reply,
+      conditionalRead(schemaBody, "public, max-age=86400", "application/schema+json", request.headers["if-none-match"]),
+    ),
   );
+  registerReadPreflights(app, ["/v1/listings", ITEM_PATTERN, DISCOVERY_SCHEMA_PATH]);
 
   const revalidateDoc = {
     summary: "Run one revalidation pass now",

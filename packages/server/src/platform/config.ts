@@ -1,4 +1,5 @@
 import { type Env, EnvReader } from "./env.js";
+import { parseTrustedProxies } from "./proxy-trust.js";
 import { parseResolveOverrides } from "./safe-fetch.js";
 
 export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
@@ -9,6 +10,9 @@ export interface PlatformConfig {
   production: boolean;
   logLevel: LogLevel;
   redisUrl: string | undefined;
+  /** `TRUSTED_PROXIES`: the only peers whose `X-Forwarded-For` is read (see proxy-trust.ts). */
+  trustedProxies: string[];
+  /** `TRUSTED_PROXY_HOPS`: 0, or at most this many listed proxies are walked through. */
   trustedProxyHops: number;
   /** `PROTO_TEST_HOOKS=1`: the `/__test/*` routes exist (never in production). */
   testHooks: boolean;
@@ -40,8 +44,16 @@ export function readOperatorToken(reader: EnvReader, name: string): string | und
   return value;
 }
 
+/**
+ * `NODE_ENV` names production in any case and with surrounding spaces: `Production` must not
+ * quietly skip every production refusal (and start the test hooks).
+ */
+export function isProductionEnv(value: string | undefined): boolean {
+  return value?.trim().toLowerCase() === "production";
+}
+
 export function readPlatformConfig(reader: EnvReader): PlatformConfig {
-  const production = reader.string("NODE_ENV") === "production";
+  const production = isProductionEnv(reader.string("NODE_ENV"));
   const testHooks = reader.flag("PROTO_TEST_HOOKS");
   const allowPrivate = reader.flag("PROTO_FETCH_ALLOW_PRIVATE");
   let resolve: ReadonlyMap<string, string> = new Map();
@@ -55,6 +67,19 @@ export function readPlatformConfig(reader: EnvReader): PlatformConfig {
     if (allowPrivate) reader.problem("PROTO_FETCH_ALLOW_PRIVATE must not be set when NODE_ENV=production");
     if (resolve.size > 0) reader.problem("PROTO_FETCH_RESOLVE must not be set when NODE_ENV=production");
   }
+  let trustedProxies: string[] = [];
+  try {
+    trustedProxies = parseTrustedProxies(reader.string("TRUSTED_PROXIES"));
+  } catch (error) {
+    reader.problem(`TRUSTED_PROXIES: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  const trustedProxyHops = reader.integer("TRUSTED_PROXY_HOPS", 0, 0, 16);
+  // A hop count alone trusts whichever peer connects, a client included, to name its own address.
+  if (trustedProxyHops > 0 && reader.string("TRUSTED_PROXIES") === undefined) {
+    reader.problem(
+      "TRUSTED_PROXY_HOPS needs TRUSTED_PROXIES (the proxies' addresses or CIDRs): without it any client could choose its address with X-Forwarded-For",
+    );
+  }
   const redisUrl = reader.string("REDIS_URL");
   if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) {
     reader.problem("REDIS_URL must start with redis:// or rediss://");
@@ -63,7 +88,8 @@ export function readPlatformConfig(reader: EnvReader): PlatformConfig {
     production,
     logLevel: reader.oneOf("LOG_LEVEL", LOG_LEVELS, "info"),
     redisUrl,
-    trustedProxyHops: reader.integer("TRUSTED_PROXY_HOPS", 0, 0, 16),
+    trustedProxies,
+    trustedProxyHops,
     testHooks,
     fetch: { allowPrivate, resolve },
     metricsToken: readOperatorToken(reader, "METRICS_TOKEN"),

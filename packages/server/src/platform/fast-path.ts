@@ -105,8 +105,14 @@ export class FastPath {
   }
 
   #send(route: FastRoute, request: IncomingMessage, response: ServerResponse, answer: FastAnswer, started: number) {
-    response.writeHead(answer.status, { ...answer.headers, "content-length": Buffer.byteLength(answer.body) });
-    response.end(answer.body);
+    if (answer.status === 304) {
+      // Not Modified has no body, and a Content-Length would have to be the 200's (RFC 9110 §8.6).
+      response.writeHead(304, answer.headers);
+      response.end();
+    } else {
+      response.writeHead(answer.status, { ...answer.headers, "content-length": Buffer.byteLength(answer.body) });
+      response.end(answer.body);
+    }
     this.#context.metrics?.observeRequest(
       request.method ?? "GET",
       route.pattern,

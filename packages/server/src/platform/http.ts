@@ -16,6 +16,7 @@ import { FastPath, type FastRoute } from "./fast-path.js";
 import { controlPatternMessage, registerInputRules } from "./input-rules.js";
 import { redactUrl, serializeRequest } from "./log-redaction.js";
 import type { RequestObserver } from "./metrics.js";
+import { proxyTrust } from "./proxy-trust.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
 import { clientErrorHandler, frameworkErrorHandler, refuseMissingHost } from "./raw-errors.js";
@@ -28,6 +29,8 @@ export const BODY_LIMIT_BYTES = 64 * 1024;
 
 export interface HttpOptions {
   logLevel: LogLevel;
+  /** The peers whose `X-Forwarded-For` is read, and how many of them at most (0: no cap). */
+  trustedProxies: readonly string[];
   trustedProxyHops: number;
   /** Log destination; standard output when absent. */
   logStream?: NodeJS.WritableStream;
@@ -90,13 +93,13 @@ export function toApiError(error: FastifyError): ApiError {
 /**
  * A Fastify instance with the platform's behaviour: the error envelope on every non-2xx (unknown
  * routes, bad JSON, oversized bodies, validation), redacted structured logs, client IP through
- * the configured number of trusted proxy hops.
+ * the listed trusted proxies.
  */
 export function createHttpServer(options: HttpOptions): FastifyInstance {
-  const trustProxy = (_address: string, hop: number) => hop < options.trustedProxyHops;
+  const trustProxy = proxyTrust(options.trustedProxies, options.trustedProxyHops);
   const fastPath = new FastPath({
     clientIp:
-      options.trustedProxyHops === 0
+      options.trustedProxies.length === 0
         ? (request) => request.socket.remoteAddress ?? ""
         : (request) => proxyAddr(request, trustProxy),
     metrics: options.metrics,
@@ -113,7 +116,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
       ...(options.logStream ? { stream: options.logStream } : {}),
     },
     bodyLimit: BODY_LIMIT_BYTES,
-    // The client address is read that many hops from the right of X-Forwarded-For.
+    // The client address is read from X-Forwarded-For through the listed proxies only.
     trustProxy,
     logController: new LogController({ disableRequestLogging: true }),
     // Requests that reach a closing server on a kept-alive connection are served (with

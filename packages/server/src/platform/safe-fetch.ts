@@ -46,8 +46,7 @@ export interface SafeFetchConfig {
 
 export type SafeFetchFailure =
   | "invalid_url"
-  | "forbidden_address"
-  | "resolve_failed"
+  | "no_public_address"
   | "connect_failed"
   | "tls_failed"
   | "timeout"
@@ -55,7 +54,11 @@ export type SafeFetchFailure =
   | "http_status"
   | "too_large";
 
-/** Messages are generic on purpose: they may reach the submitter and must not reveal addresses. */
+/**
+ * Messages are generic on purpose: they may reach the submitter and must not reveal addresses.
+ * A name that does not resolve and one that resolves to a non-public address fail alike (kind and
+ * message), so a submitter cannot probe which internal names exist.
+ */
 export class SafeFetchError extends Error {
   readonly kind: SafeFetchFailure;
   /** The HTTP status, for `redirect` and `http_status`. */
@@ -91,6 +94,10 @@ const DEFAULT_TIMEOUT_MS = 5000;
 const DEFAULT_MAX_BYTES = 64 * 1024;
 const USER_AGENT = "proto-directory/0.1";
 const HTTPS_PORT = 443;
+
+function noPublicAddress(): SafeFetchError {
+  return new SafeFetchError("no_public_address", "the host does not resolve to a public address");
+}
 
 // ---------------------------------------------------------------------------------------------
 // PROTO_FETCH_RESOLVE
@@ -263,11 +270,11 @@ async function resolveAddresses(settings: Settings, target: Target, signal: Abor
     );
   } catch {
     if (signal.aborted) throw signal.reason;
-    throw new SafeFetchError("resolve_failed", "the host name could not be resolved");
+    throw noPublicAddress();
   }
   const addresses = answers.map((answer) => answer.address);
   if (addresses.length === 0 || addresses.some((address) => isIP(address) === 0)) {
-    throw new SafeFetchError("resolve_failed", "the host name could not be resolved");
+    throw noPublicAddress();
   }
   return addresses;
 }
@@ -275,7 +282,7 @@ async function resolveAddresses(settings: Settings, target: Target, signal: Abor
 /** One bad address taints the name: which one a connection would pick is not ours to predict. */
 function vetAddresses(allowPrivate: boolean, addresses: readonly string[]): void {
   if (allowPrivate || addresses.every(isPublicAddress)) return;
-  throw new SafeFetchError("forbidden_address", "the host resolves to an address that is not public");
+  throw noPublicAddress();
 }
 
 /**

@@ -85,6 +85,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
   });
   const app = createHttpServer({
     logLevel: config.platform.logLevel,
+    trustedProxies: config.platform.trustedProxies,
     trustedProxyHops: config.platform.trustedProxyHops,
     ...(options.logStream ? { logStream: options.logStream } : {}),
     metrics,

@@ -1,3 +1,4 @@
+import { request as nodeRequest } from "node:http";
 import { Writable } from "node:stream";
 import type { FastifyInstance } from "fastify";
 import { Redis } from "ioredis";
@@ -18,6 +19,8 @@ export interface RequestOptions {
   rawBody?: string | Buffer;
   headers?: Record<string, string>;
   token?: string;
+  /** The local address to connect from (e.g. `127.0.0.2`): a second client, or a proxy, on this machine. */
+  from?: string;
 }
 
 /** One request to a server under test: JSON in, status, headers, text and parsed JSON out. */
@@ -33,9 +36,39 @@ export async function httpRequest(
   else if (options.body !== undefined) body = JSON.stringify(options.body);
   if (body !== undefined && headers["content-type"] === undefined) headers["content-type"] = "application/json";
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
+  if (options.from !== undefined) return requestFrom(options.from, `${baseUrl}${path}`, method, headers, body);
   const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
   const text = await response.text();
   return { status: response.status, headers: response.headers, text, json: parseJsonBody(text) };
+}
+
+/** `fetch` cannot choose the local address; node:http can. */
+function requestFrom(
+  localAddress: string,
+  url: string,
+  method: string,
+  headers: Record<string, string>,
+  body: string | Buffer | undefined,
+): Promise<HttpResult> {
+  return new Promise((resolve, reject) => {
+    const req = nodeRequest(url, { method, headers, localAddress }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (chunk: Buffer) => chunks.push(chunk));
+      res.on("error", reject);
+      res.on("end", () => {
+        const text = Buffer.concat(chunks).toString("utf8");
+        const received = new Headers();
+        for (const [name, value] of Object.entries(res.headers)) {
+          for (const item of Array.isArray(value) ? value : value === undefined ? [] : [value]) {
+            received.append(name, item);
+          }
+        }
+        resolve({ status: res.statusCode ?? 0, headers: received, text, json: parseJsonBody(text) });
+      });
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
 }
 
 /** A response body as JSON, or undefined when it is empty or not JSON. */

@@ -54,7 +54,7 @@ function baseEnv(): Record<string, string> {
   for (const [key, value] of Object.entries(process.env)) {
     if (value === undefined) continue;
     if (
-      /^(NODE_ENV|NODE_TEST_CONTEXT|NODE_OPTIONS|NODE_EXTRA_CA_CERTS|PROTO_|DIRECTORY_|TRUST_|REDIS_URL|SMTP_URL|MAIL_FROM|METRICS_TOKEN|TRUSTED_PROXY_HOPS|SHUTDOWN_|TEST_|LOG_LEVEL)/.test(
+      /^(NODE_ENV|NODE_TEST_CONTEXT|NODE_OPTIONS|NODE_EXTRA_CA_CERTS|PROTO_|DIRECTORY_|TRUST_|REDIS_URL|SMTP_URL|MAIL_FROM|METRICS_TOKEN|TRUSTED_PROXY_HOPS|TRUSTED_PROXIES|SHUTDOWN_|TEST_|LOG_LEVEL)/.test(
         key,
       )
     ) {
@@ -291,8 +291,9 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     const common: Record<string, string> = {
       PROTO_TEST_HOOKS: "1",
       REDIS_URL: redisUrl,
-      // Every request says which client it is for through X-Forwarded-For (one proxy hop), so
-      // each test's traffic has rate-limit counters of its own.
+      // Every request says which client it is for through X-Forwarded-For (the test, on
+      // 127.0.0.1, plays one proxy), so each test's traffic has rate-limit counters of its own.
+      TRUSTED_PROXIES: "127.0.0.1",
       TRUSTED_PROXY_HOPS: "1",
       LOG_LEVEL: "warn",
     };

@@ -202,8 +202,9 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     if (grantType !== "authorization_code") throw new OAuthError("unsupported_grant_type", "only authorization_code");
     const clientId = field("client_id");
     const code = field("code");
-    // A missing verifier is a failed PKCE check like a wrong one (invalid_grant), not a malformed request.
-    const verifier = typeof body.code_verifier === "string" ? body.code_verifier : "";
+    // Every code here was issued with a S256 challenge, so a request without its verifier is
+    // malformed (invalid_request, RFC 6749 5.2) and, checked before redemption, burns no code.
+    const verifier = field("code_verifier");
     const redirectUri = field("redirect_uri");
     const client = clients.get(clientId);
     if (client === undefined) throw new OAuthError("invalid_client", "unknown client", 401);
