@@ -68,6 +68,8 @@ describe("no secrets in logs", { timeout: 60_000 }, () => {
     const signedIn = await b.post("/signin/email/verify", { _csrf: secrets.verifyCsrf, token: secrets.magicLink });
     assert.equal(signedIn.status, 303, signedIn.text);
     secrets.session = b.cookie("proto_session") ?? "";
+    // Signing in drops the CSRF secret; the next page sets a new one.
+    assert.equal((await b.get("/account")).status, 200);
     secrets.csrfCookie = b.cookie("proto_csrf") ?? "";
     assert.ok(secrets.session.length > 20 && secrets.csrfCookie.length > 10);
 

@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer, type Server } from "node:https";
 import { after, before, describe, test } from "node:test";
 import { signRequest } from "@proto/protocol";
-import { createTestCA, hostileRedirects, type TestFetch, testFetch } from "@proto/testkit";
+import { createTestCA, hasRawControlCharacter, hostileRedirects, type TestFetch, testFetch } from "@proto/testkit";
 import { hashToken } from "../src/platform/tokens.js";
 import { buildTrustApp, type TrustApp } from "../src/trust/app.js";
 import { readTrustConfig } from "../src/trust/config.js";
@@ -713,6 +713,13 @@ for (const variant of STORE_VARIANTS) {
       for (const [index, [next, expected]] of cases.entries()) {
         // More sign-ins than one address may start in a minute: a new window every ten.
         if (index % 10 === 0) await attestor.advance(61);
+        if (hasRawControlCharacter(next)) {
+          // Refused in the query string before any redirect logic, and sent nowhere.
+          const refused = await browser().get(`/signin/oidc/start?next=${encodeURIComponent(next)}`);
+          assert.equal(refused.status, 400, refused.text);
+          assert.equal(refused.location, undefined);
+          continue;
+        }
         const page = await signInUpstream(browser(), login("next"), next);
         assert.equal(page.status, 303, page.text);
         assert.equal(page.location, expected, JSON.stringify(next));

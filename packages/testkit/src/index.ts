@@ -17,7 +17,7 @@ export type {
 } from "./https-host.js";
 export { DISCOVERY_PATH, PROOF_PATH, startHttpsHost } from "./https-host.js";
 export type { HostileRedirect } from "./redirects.js";
-export { hostileRedirects } from "./redirects.js";
+export { hasRawControlCharacter, hostileRedirects } from "./redirects.js";
 export type { Sentinel, SentinelOptions } from "./sentinel.js";
 export { startSentinel } from "./sentinel.js";
 export type { VectorFile, VectorFolder } from "./vectors.js";

@@ -45,3 +45,12 @@ export function hostileRedirects(origin: string): HostileRedirect[] {
     { name: "very long", value: `/${"a".repeat(10_000)}` },
   ];
 }
+
+/**
+ * True for a value holding a raw control character: servers refuse it in a query string outright
+ * (400, before any redirect logic), so such a value never reaches a redirect.
+ */
+export function hasRawControlCharacter(value: string): boolean {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it looks for
+  return /[\u0000-\u001f\u007f]/.test(value);
+}
