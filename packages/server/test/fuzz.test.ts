@@ -11,7 +11,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { type FuzzReport, formatReport, fuzzTarget } from "@proto/testkit/fuzz";
-import { type RunningTarget, startDirectoryTarget, startTrustTarget, type TargetOptions } from "./support/fuzz-targets.js";
+import {
+  type RunningTarget,
+  startDirectoryTarget,
+  startTrustTarget,
+  type TargetOptions,
+} from "./support/fuzz-targets.js";
 import { reportSkippedVariants, STORE_VARIANTS, type StoreVariant } from "./support/stores.js";
 
 reportSkippedVariants();

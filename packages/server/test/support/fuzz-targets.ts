@@ -43,7 +43,8 @@ const DIRECTORY_RAISED_LIMITS =
 const TRUST_RAISED_LIMITS = `${RELAXED_RATE_LIMITS},read=1000000/60`.replace(/100000\//g, "1000000/");
 
 /** Test hooks exist only with PROTO_TEST_HOOKS: they are not what a client can reach in production. */
-const fuzzable = (routes: { method: string; url: string }[]) => routes.filter((route) => !route.url.startsWith("/__test/"));
+const fuzzable = (routes: { method: string; url: string }[]) =>
+  routes.filter((route) => !route.url.startsWith("/__test/"));
 
 /**
  * The servers run behind one trusted proxy hop, so a normal request after the run can come from a
@@ -62,7 +63,9 @@ async function expectStatus(
 ): Promise<string | undefined> {
   try {
     const result = await httpRequest(url, method, path, options);
-    return result.status === status ? undefined : `${method} ${path} answered ${result.status}: ${result.text.slice(0, 200)}`;
+    return result.status === status
+      ? undefined
+      : `${method} ${path} answered ${result.status}: ${result.text.slice(0, 200)}`;
   } catch (error) {
     return `${method} ${path} failed: ${error instanceof Error ? error.message : String(error)}`;
   }
@@ -78,7 +81,9 @@ export async function startDirectoryTarget(variant: StoreVariant, options: Targe
     },
   });
   const { site, token, did } = await h.register(undefined, { title: "Fuzz target", tags: ["fuzz"] });
-  const challenge = await h.request("POST", "/v1/listings/challenge", { body: { discovery_url: h.site().discoveryUrl } });
+  const challenge = await h.request("POST", "/v1/listings/challenge", {
+    body: { discovery_url: h.site().discoveryUrl },
+  });
   await h.app.app.ready();
   return {
     name: `directory (${variant.name}${options.limits === "default" ? ", default limits" : ""})`,
@@ -176,7 +181,10 @@ async function signIn(url: string): Promise<{ cookies: string[]; csrf: string }>
   const signedIn = await browser.post("/signin/email/verify", { _csrf: field(confirm.text, "_csrf"), token });
   if (signedIn.status !== 303) throw new Error(`sign-in answered ${signedIn.status}`);
   const account = await browser.get("/account");
-  return { cookies: [...browser.cookies].map(([name, value]) => `${name}=${value}`), csrf: field(account.text, "_csrf") };
+  return {
+    cookies: [...browser.cookies].map(([name, value]) => `${name}=${value}`),
+    csrf: field(account.text, "_csrf"),
+  };
 }
 
 export async function startTrustTarget(variant: StoreVariant, options: TargetOptions = {}): Promise<RunningTarget> {

@@ -1,7 +1,7 @@
 /** The arbitrary of fuzzed requests over a target's routes. */
 import fc from "fast-check";
 import { type Mutation, mutationFor } from "./mutations.js";
-import { baseDraft, BODY_METHODS, type FuzzRequest, type FuzzVocabulary, finish, type RouteKind } from "./request.js";
+import { BODY_METHODS, baseDraft, type FuzzRequest, type FuzzVocabulary, finish, type RouteKind } from "./request.js";
 import type { FuzzRoute } from "./routes.js";
 
 export interface RequestSpace {
@@ -25,7 +25,10 @@ export function requestArbitrary(space: RequestSpace): fc.Arbitrary<FuzzRequest>
           { weight: 1, arbitrary: fc.constant<Mutation[]>([]) },
           {
             weight: 19,
-            arbitrary: fc.array(BODY_METHODS.has(route.method) ? withBody : withoutBody, { minLength: 1, maxLength: 2 }),
+            arbitrary: fc.array(BODY_METHODS.has(route.method) ? withBody : withoutBody, {
+              minLength: 1,
+              maxLength: 2,
+            }),
           },
         ),
         session: fc.boolean(),
@@ -50,9 +53,7 @@ export function requestArbitrary(space: RequestSpace): fc.Arbitrary<FuzzRequest>
         };
         const request = build(mutations);
         // Each mutation alone, to tell which of two broke the server (built only when asked).
-        return mutations.length > 1
-          ? { ...request, alone: () => mutations.map((m) => build([m])) }
-          : request;
+        return mutations.length > 1 ? { ...request, alone: () => mutations.map((m) => build([m])) } : request;
       }),
   );
 }

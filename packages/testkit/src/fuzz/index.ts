@@ -1,4 +1,4 @@
-export { requestArbitrary, type RequestSpace } from "./generate.js";
+export { type RequestSpace, requestArbitrary } from "./generate.js";
 export { judge } from "./oracle.js";
 export {
   describeRequest,
@@ -10,5 +10,12 @@ export {
   toBytes,
 } from "./request.js";
 export { type FuzzRoute, parseRouteTree, type RoutePrinter, routeKey, routesOf } from "./routes.js";
-export { type FuzzFailure, type FuzzOptions, type FuzzReport, type FuzzTarget, formatReport, fuzzTarget } from "./runner.js";
+export {
+  type FuzzFailure,
+  type FuzzOptions,
+  type FuzzReport,
+  type FuzzTarget,
+  formatReport,
+  fuzzTarget,
+} from "./runner.js";
 export { header, type RawAnswer, type RawResult, sendRaw } from "./wire.js";

@@ -36,7 +36,9 @@ function oauthProblem(answer: RawAnswer, method: string): string | undefined {
     const parsed = JSON.parse(answer.body.toString("utf8")) as { error?: unknown; error_description?: unknown } | null;
     if (typeof parsed?.error !== "string" || parsed.error === "") return "not an OAuth error (error)";
     const description = parsed.error_description;
-    return description === undefined || typeof description === "string" ? undefined : "not an OAuth error (error_description)";
+    return description === undefined || typeof description === "string"
+      ? undefined
+      : "not an OAuth error (error_description)";
   } catch {
     return "body is not JSON";
   }

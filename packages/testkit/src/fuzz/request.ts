@@ -137,7 +137,10 @@ export function baseDraft(route: FuzzRoute, kind: RouteKind, vocabulary: FuzzVoc
 
 function encodeForm(fields: Record<string, unknown>): string {
   return Object.entries(fields)
-    .map(([name, value]) => `${percentEncode(name)}=${percentEncode(typeof value === "string" ? value : JSON.stringify(value))}`)
+    .map(
+      ([name, value]) =>
+        `${percentEncode(name)}=${percentEncode(typeof value === "string" ? value : JSON.stringify(value))}`,
+    )
     .join("&");
 }
 
@@ -196,7 +199,10 @@ function chunk(body: Buffer, broken: boolean): Buffer {
 
 /** The bytes on the wire. `extra` are headers added after building (a signature). */
 export function toBytes(request: FuzzRequest, extra: [string, string][] = []): Buffer {
-  const lines = [`${request.method} ${request.target} HTTP/1.1`, ...[...request.headers, ...extra].map(([n, v]) => `${n}: ${v}`)];
+  const lines = [
+    `${request.method} ${request.target} HTTP/1.1`,
+    ...[...request.headers, ...extra].map(([n, v]) => `${n}: ${v}`),
+  ];
   const head = Buffer.from(`${lines.join("\r\n")}\r\n\r\n`, "utf8");
   const body = request.body ?? Buffer.alloc(0);
   if (request.chunked !== undefined) return Buffer.concat([head, chunk(body, request.chunked === "broken")]);
@@ -205,13 +211,14 @@ export function toBytes(request: FuzzRequest, extra: [string, string][] = []): B
 
 /** The request as text, for a failure report: escaped, long parts elided, lengths given. */
 export function describeRequest(request: FuzzRequest, limit = 600): string {
-  const escape = (text: string) => {
+  const quote = (text: string) => {
     const json = JSON.stringify(text);
     return json.length > limit ? `${json.slice(0, limit)}…" (${text.length} chars)` : json;
   };
-  const lines = [`${request.method} ${escape(request.target)}`];
-  for (const [name, value] of request.headers) lines.push(`  ${name}: ${escape(value)}`);
-  if (request.body !== undefined) lines.push(`  body (${request.body.length} bytes): ${escape(request.body.toString("latin1"))}`);
+  const lines = [`${request.method} ${quote(request.target)}`];
+  for (const [name, value] of request.headers) lines.push(`  ${name}: ${quote(value)}`);
+  if (request.body !== undefined)
+    lines.push(`  body (${request.body.length} bytes): ${quote(request.body.toString("latin1"))}`);
   if (request.sign) lines.push("  (signed by the target's signer before sending)");
   return lines.join("\n");
 }

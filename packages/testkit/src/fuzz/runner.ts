@@ -155,9 +155,13 @@ export function formatReport(report: FuzzReport): string {
     `${report.target}: ${report.sent} requests (seed ${report.seed}); by status ${statuses.join(", ")}`,
     `${report.target}: ${report.failures.size} failing cases${report.health.length > 0 ? `; UNHEALTHY after the run: ${report.health.join("; ")}` : ""}`,
   ];
-  const failures = [...report.failures.values()].sort((a, b) => a.route.localeCompare(b.route) || a.problem.localeCompare(b.problem));
+  const failures = [...report.failures.values()].sort(
+    (a, b) => a.route.localeCompare(b.route) || a.problem.localeCompare(b.problem),
+  );
   for (const failure of failures) {
-    lines.push(`- ${failure.route} | ${failure.problem} | ${failure.kinds} (x${failure.count}, first at #${failure.index})`);
+    lines.push(
+      `- ${failure.route} | ${failure.problem} | ${failure.kinds} (x${failure.count}, first at #${failure.index})`,
+    );
     lines.push(failure.example.replace(/^/gm, "    "));
   }
   return lines.join("\n");

@@ -59,7 +59,11 @@ const NASTY = [
 const codeUnits = (maxLength: number) =>
   fc.string({ unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)), maxLength });
 
-const controlString = fc.string({ unit: fc.integer({ min: 0, max: 0x1f }).map((c) => String.fromCharCode(c)), minLength: 1, maxLength: 8 });
+const controlString = fc.string({
+  unit: fc.integer({ min: 0, max: 0x1f }).map((c) => String.fromCharCode(c)),
+  minLength: 1,
+  maxLength: 8,
+});
 
 /** A long run of one character, near and past the limits (URL, parameter, body, header). */
 export const longString = fc

@@ -65,7 +65,13 @@ export function parseAnswer(data: Buffer, method: string): RawResult {
 }
 
 /** Sends `bytes` to host:port and reads until the server closes (or `timeoutMs` passes). */
-export function sendRaw(host: string, port: number, bytes: Buffer, method: string, timeoutMs = 15_000): Promise<RawResult> {
+export function sendRaw(
+  host: string,
+  port: number,
+  bytes: Buffer,
+  method: string,
+  timeoutMs = 15_000,
+): Promise<RawResult> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let settled = false;
