@@ -78,6 +78,9 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
     kindOf: kindByPath(NOTES_ROUTE_KINDS),
     signable: [...signable, "POST /proto/v1/accounts/me/owner-invitation", "POST /proto/v1/accounts/me/keys/rotate"],
     sign,
+    // Owner sign-in goes to the attestor; the example has no health route.
+    redirectOrigins: [trustUrl],
+    healthPath: null,
     vocabulary: {
       params: {},
       fields: {

@@ -90,6 +90,7 @@ export async function startDirectoryTarget(variant: StoreVariant, options: Targe
     url: h.url,
     routes: fuzzable(routesOf(h.app.app)),
     kindOf: kindByPath(SERVER_ROUTE_KINDS),
+    redirectOrigins: ["https://directory.test"],
     vocabulary: {
       params: { did: [did, "did:web:unknown.example"] },
       fields: {
@@ -167,15 +168,20 @@ async function startStandIns(): Promise<{ host: HttpsHost; fetch: ReturnType<typ
   return { host, fetch: testFetch(ca, { resolve: host.resolveEntries() }) };
 }
 
-/** The real e-mail sign-in, through the development outbox: a browser's cookies and CSRF token. */
-async function signIn(url: string): Promise<{ cookies: string[]; csrf: string }> {
-  const browser = new Browserless(url);
-  const form = await browser.get("/signin?next=%2Faccount");
+/**
+ * The real e-mail sign-in, through the development outbox, asking to go to `next` afterwards:
+ * the browser's cookies, the account page's CSRF token, and where the sign-in sent it.
+ */
+async function signIn(url: string, next = "/account"): Promise<{ cookies: string[]; csrf: string; location: string }> {
+  // A client address of its own (one trusted proxy hop): sign-in mails are limited per address.
+  const browser = new Browserless(url, { "x-forwarded-for": freshClient() });
+  const form = await browser.get("/signin");
   const email = `fuzz-${Math.random().toString(36).slice(2)}@mail.test`;
-  await browser.post("/signin/email", { _csrf: field(form.text, "_csrf"), email, next: "/account" });
+  await browser.post("/signin/email", { _csrf: field(form.text, "_csrf"), email, next });
   const outbox = await browser.get("/dev/outbox");
-  const link = /https:\/\/trust\.test(\/signin\/email\/verify\?token=[A-Za-z0-9_-]+)/.exec(outbox.text)?.[1];
-  if (link === undefined) throw new Error("no sign-in mail in the outbox");
+  const mail = outbox.text.split('<section class="card">').find((section) => section.includes(email));
+  const link = mail && /https:\/\/trust\.test(\/signin\/email\/verify\?token=[A-Za-z0-9_-]+)/.exec(mail)?.[1];
+  if (!link) throw new Error("no sign-in mail in the outbox");
   const confirm = await browser.get(link);
   const token = new URL(link, PUBLIC_URL).searchParams.get("token") ?? "";
   const signedIn = await browser.post("/signin/email/verify", { _csrf: field(confirm.text, "_csrf"), token });
@@ -184,7 +190,26 @@ async function signIn(url: string): Promise<{ cookies: string[]; csrf: string }>
   return {
     cookies: [...browser.cookies].map(([name, value]) => `${name}=${value}`),
     csrf: field(account.text, "_csrf"),
+    location: signedIn.location ?? "",
   };
+}
+
+/** Where a sign-in may not send anyone, however `next` is written (a browser drops tabs and newlines). */
+const HOSTILE_NEXT = ["/\t/evil.example", "/%09/evil.example", "//evil.example", "/\\evil.example", "/\n/evil.example"];
+
+/** Signs in with each hostile `next`; answers the ones that leave the attestor's origin. */
+async function openRedirects(url: string): Promise<string[]> {
+  const problems: string[] = [];
+  for (const next of HOSTILE_NEXT) {
+    const { location } = await signIn(url, next);
+    const landing = new URL(location, PUBLIC_URL);
+    if (landing.origin !== PUBLIC_URL) {
+      problems.push(
+        `sign-in with next=${JSON.stringify(next)} redirects to ${JSON.stringify(location)} (${landing.origin})`,
+      );
+    }
+  }
+  return problems;
 }
 
 export async function startTrustTarget(variant: StoreVariant, options: TargetOptions = {}): Promise<RunningTarget> {
@@ -256,6 +281,7 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
     routes: fuzzable(routesOf(app.app)),
     kindOf: kindByPath(SERVER_ROUTE_KINDS),
     signable: ["POST /v1/token", "POST /webhooks/payment"],
+    redirectOrigins: [PUBLIC_URL, OIDC_REDIRECT, standIns.host.origin("idp.test"), standIns.host.origin("pay.test")],
     sign,
     vocabulary: {
       params: { id: [bindingId] },
@@ -335,6 +361,7 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
       },
       cookies: session.cookies,
     },
+    probes: () => openRedirects(url),
     async normal() {
       const fresh = newAgent();
       const headers = { "x-forwarded-for": freshClient() };

@@ -46,8 +46,27 @@ function oauthProblem(answer: RawAnswer, method: string): string | undefined {
 
 const isHtml = (answer: RawAnswer) => /^text\/html/i.test(header(answer, "content-type") ?? "");
 
-/** The problem with `result` as an answer to `request`, or undefined when it is acceptable. */
-export function judge(request: FuzzRequest, result: RawResult): string | undefined {
+/**
+ * A redirect must stay on `origins` as a browser resolves it (tabs and newlines dropped,
+ * backslashes as slashes): `/\t/evil.example` is `//evil.example`, another site.
+ */
+function redirectProblem(answer: RawAnswer, origins: string[]): string | undefined {
+  const location = header(answer, "location");
+  if (location === undefined) return undefined;
+  let target: URL;
+  try {
+    target = new URL(location, origins[0]);
+  } catch {
+    return "redirect to an unreadable Location";
+  }
+  return origins.includes(target.origin) ? undefined : `redirect off-site (to ${target.origin})`;
+}
+
+/**
+ * The problem with `result` as an answer to `request`, or undefined when it is acceptable.
+ * `origins`: where redirects may lead (the server's own origin first, then the sites it sends people to).
+ */
+export function judge(request: FuzzRequest, result: RawResult, origins: string[]): string | undefined {
   if ("error" in result) return `no answer: ${result.error.replace(/\d+ ms/, "N ms")}`;
   const { answer } = result;
   const status = answer.status;
@@ -57,6 +76,10 @@ export function judge(request: FuzzRequest, result: RawResult): string | undefin
   }
   const success = status < 300 || status === 304;
   const redirect = status >= 300 && status < 400;
+  if (redirect) {
+    const problem = redirectProblem(answer, origins);
+    if (problem !== undefined) return `${status} ${problem}`;
+  }
   const lenient = request.transport || request.offRoute;
   // Off its route, the not-found envelope is the right answer whatever the route was.
   if (request.offRoute && !success && envelopeProblem(answer, request.method) === undefined) return undefined;

@@ -19,6 +19,12 @@ export interface FuzzTarget {
   /** Headers that sign `request` (its final bytes) for the routes in `signable`. */
   sign?(request: FuzzRequest): Promise<[string, string][]>;
   signable?: string[];
+  /** Where its redirects may lead besides its own URL (its public URL, an OpenID client, a provider). */
+  redirectOrigins?: string[];
+  /** Its health route (default `/healthz`); null: it has none, `normal()` alone tells. */
+  healthPath?: string | null;
+  /** Checks a random request cannot make (whole flows, e.g. a sign-in's redirect); answers problems. */
+  probes?(): Promise<string[]>;
   /** A well-formed request that must still succeed; answers a problem, or undefined. */
   normal(): Promise<string | undefined>;
 }
@@ -56,10 +62,13 @@ export interface FuzzOptions {
 async function healthProblems(target: FuzzTarget): Promise<string[]> {
   const { hostname, port } = new URL(target.url);
   const problems: string[] = [];
-  const bytes = Buffer.from(`GET /healthz HTTP/1.1\r\nhost: ${hostname}:${port}\r\nconnection: close\r\n\r\n`);
-  const result = await sendRaw(hostname, Number(port), bytes, "GET");
-  if ("error" in result) problems.push(`/healthz: ${result.error}`);
-  else if (result.answer.status !== 200) problems.push(`/healthz answered ${result.answer.status}`);
+  const path = target.healthPath === undefined ? "/healthz" : target.healthPath;
+  if (path !== null) {
+    const bytes = Buffer.from(`GET ${path} HTTP/1.1\r\nhost: ${hostname}:${port}\r\nconnection: close\r\n\r\n`);
+    const result = await sendRaw(hostname, Number(port), bytes, "GET");
+    if ("error" in result) problems.push(`${path}: ${result.error}`);
+    else if (result.answer.status !== 200) problems.push(`${path} answered ${result.answer.status}`);
+  }
   const normal = await target.normal();
   if (normal !== undefined) problems.push(`normal request: ${normal}`);
   return problems;
@@ -82,6 +91,7 @@ export async function fuzzTarget(target: FuzzTarget, options: FuzzOptions): Prom
     failures: new Map(),
     health: [],
   };
+  const origins = [new URL(target.url).origin, ...(target.redirectOrigins ?? []).map((url) => new URL(url).origin)];
   const batch = options.batch ?? 200;
   const concurrency = options.concurrency ?? 8;
   for (let start = 0; start < options.requests; start += batch) {
@@ -94,7 +104,7 @@ export async function fuzzTarget(target: FuzzTarget, options: FuzzOptions): Prom
       report.sent += 1;
       const status = "answer" in result ? String(result.answer.status) : "none";
       report.byStatus.set(status, (report.byStatus.get(status) ?? 0) + 1);
-      return { extra, result, status, problem: judge(request, result) };
+      return { extra, result, status, problem: judge(request, result, origins) };
     };
     type Sent = Awaited<ReturnType<typeof send>>;
     const record = (request: FuzzRequest, index: number, sent: Sent) => {
@@ -143,6 +153,10 @@ export async function fuzzTarget(target: FuzzTarget, options: FuzzOptions): Prom
     };
     await Promise.all(Array.from({ length: concurrency }, worker));
     options.onProgress?.(report);
+  }
+  for (const problem of (await target.probes?.()) ?? []) {
+    const key = `(probe) | ${problem}`;
+    report.failures.set(key, { key, route: "(probe)", problem, kinds: "probe", count: 1, index: -1, example: problem });
   }
   report.health = await healthProblems(target);
   return report;
