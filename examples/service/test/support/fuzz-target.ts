@@ -4,14 +4,13 @@
  * read from its Fastify instance, the kit's included.
  */
 import { generateKeyPairSync } from "node:crypto";
-import { createServer } from "node:net";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
 import { createTestDatabase } from "@proto/testkit";
 import { type FuzzRequest, type FuzzTarget, kindByPath, type RouteKind, routesOf } from "@proto/testkit/fuzz";
 import { quietLog } from "../../../../packages/server/test/support/http.js";
 import type { StoreVariant } from "../../../../packages/server/test/support/stores.js";
-import { trustTestEnv } from "../../../../packages/server/test/support/trust.js";
+import { freePort, trustTestEnv } from "../../../../packages/server/test/support/trust.js";
 import { buildNotesService } from "../../src/app.js";
 
 export interface RunningTarget extends FuzzTarget {
@@ -30,15 +29,6 @@ export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/proto\/owner\/(signout|accounts)/, "api"],
   [/^\/notes$/, "api"],
 ];
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === "string") throw new Error("no address");
-  return address.port;
-}
 
 export async function startNotesTarget(variant: StoreVariant): Promise<RunningTarget> {
   const [trustPort, notesPort] = [await freePort(), await freePort()];
