@@ -102,7 +102,8 @@ function pathMutations(vocabulary: FuzzVocabulary): fc.Arbitrary<Mutation>[] {
         } else parts[pick(params, index)] = value;
         if (value === "" || value === "." || value === "..") d.offRoute = true;
         d.path = parts.join("/");
-        if (d.path.length > HEADER_LIMIT - 512) d.transport = true;
+        // Raw bytes past ASCII in the request line are refused by HTTP parsing itself.
+        if (d.path.length > HEADER_LIMIT - 512 || /[^\x20-\x7e]/.test(d.path)) d.transport = true;
       }),
     ),
     fc.constantFrom("//", "/./", "/../", "/%2e/", ";x=1", "/").map((extra) =>
