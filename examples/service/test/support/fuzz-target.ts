@@ -1,0 +1,112 @@
+/**
+ * The notes service (built on @proto/kit) as a fuzz target: over HTTP on a test store, with OUR
+ * attestor in the same process as the attestor whose key set and sign-in it uses. Every route is
+ * read from its Fastify instance, the kit's included.
+ */
+import { generateKeyPairSync } from "node:crypto";
+import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
+import { buildTrustApp, readTrustConfig } from "@proto/server";
+import { createTestDatabase } from "@proto/testkit";
+import { type FuzzRequest, type FuzzTarget, kindByPath, type RouteKind, routesOf } from "@proto/testkit/fuzz";
+import { quietLog } from "../../../../packages/server/test/support/http.js";
+import type { StoreVariant } from "../../../../packages/server/test/support/stores.js";
+import { freePort, trustTestEnv } from "../../../../packages/server/test/support/trust.js";
+import { buildNotesService } from "../../src/app.js";
+
+export interface RunningTarget extends FuzzTarget {
+  close(): Promise<void>;
+}
+
+/**
+ * The kit's agent API and owner JSON routes, the discovery document; claim completion takes JSON
+ * from agents and the claim page's form from people; the rest are pages.
+ */
+export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
+  [/^\/\.well-known\/proto-registry-proof$/, "asset"],
+  [/^\/\.well-known\/proto$/, "api"],
+  [/^\/proto\/v1\/claim$/, "dual"],
+  [/^\/proto\/v1\//, "api"],
+  [/^\/proto\/owner\/(signout|accounts)/, "api"],
+  [/^\/notes$/, "api"],
+];
+
+export async function startNotesTarget(variant: StoreVariant): Promise<RunningTarget> {
+  const [trustPort, notesPort] = [await freePort(), await freePort()];
+  const trustUrl = `http://127.0.0.1:${trustPort}`;
+  const publicUrl = `http://127.0.0.1:${notesPort}`;
+  const serviceDid = `did:web:127.0.0.1%3A${notesPort}`;
+  const trustDb = await createTestDatabase(variant.engine);
+  const notesDb = await createTestDatabase(variant.engine);
+  const trust = await buildTrustApp(
+    readTrustConfig({
+      ...trustTestEnv(variant, trustDb.url, trustUrl),
+      TRUST_OIDC_CLIENTS: JSON.stringify([
+        { client_id: serviceDid, service_did: serviceDid, redirect_uris: [`${publicUrl}/proto/owner/callback`] },
+      ]),
+    }),
+    { logStream: quietLog(), redisPrefix: `test:notes-fuzz:${notesPort}:` },
+  );
+  await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
+  const notes = await buildNotesService({ publicUrl, database: notesDb.url, attestorUrl: trustUrl });
+  await notes.app.listen({ port: notesPort, host: "127.0.0.1" });
+
+  // Requests are signed by a key that has no account: signature checks pass, the account lookup does not.
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  const did = encodeDidKey(rawPublicKey(publicKey));
+  const sign = async (request: FuzzRequest): Promise<[string, string][]> => {
+    const signed = signRequest(
+      { method: request.method, url: `${publicUrl}${request.target}`, ...(request.body ? { body: request.body } : {}) },
+      { keyid: did, privateKey },
+    );
+    return Object.entries(signed.headers);
+  };
+  const signable = ["POST /notes", "GET /notes", "POST /proto/v1/accounts", "GET /proto/v1/accounts/me"];
+  return {
+    name: `notes service (${variant.name})`,
+    url: publicUrl,
+    routes: routesOf(notes.app),
+    kindOf: kindByPath(NOTES_ROUTE_KINDS),
+    signable: [...signable, "POST /proto/v1/accounts/me/owner-invitation", "POST /proto/v1/accounts/me/keys/rotate"],
+    sign,
+    // Owner sign-in goes to the attestor; the example has no health route.
+    redirectOrigins: [trustUrl],
+    healthPath: null,
+    vocabulary: {
+      params: {},
+      fields: {
+        text: ["a note"],
+        token: ["a-claim-token"],
+        csrf: ["a-csrf-token"],
+        attestor: ["proto-trust"],
+        return_to: ["/owner"],
+        state: ["state-1"],
+        code: ["a-code"],
+        did: [did],
+        new_account_did: [did],
+        recipient: ["someone@mail.test"],
+      },
+      examples: {
+        "POST /notes": { body: { text: "a note" } },
+        "GET /proto/claim": { query: { token: "a-claim-token" } },
+        "POST /proto/v1/claim": { body: { token: "a-claim-token", csrf: "a-csrf-token" } },
+        "GET /proto/owner/signin": { query: { attestor: "proto-trust", return_to: "/owner" } },
+        "GET /proto/owner/callback": { query: { state: "state-1", code: "a-code" } },
+        "POST /proto/owner/accounts/revoke": { body: { did } },
+        "POST /proto/owner/accounts/rekey": { body: { did, new_account_did: did } },
+        "POST /owner/signout": { body: { csrf: "a-csrf-token" } },
+      },
+      cookies: [],
+    },
+    async normal() {
+      const response = await fetch(`${publicUrl}/.well-known/proto`);
+      await response.arrayBuffer();
+      return response.status === 200 ? undefined : `GET /.well-known/proto answered ${response.status}`;
+    },
+    async close() {
+      await notes.close();
+      await trust.close();
+      await notesDb.drop();
+      await trustDb.drop();
+    },
+  };
+}

@@ -1,0 +1,101 @@
+/**
+ * What every answer must be: never a 5xx; on an API route every non-2xx answer is the error
+ * envelope as JSON (on an OAuth route, the OAuth error JSON), whatever broke (framing, Host, sizes included); on a page route every answer
+ * that is not a redirect is HTML, except that a request broken below routing or off its route may
+ * get the envelope instead (no route owns it), but never a bare status line.
+ */
+import type { FuzzRequest } from "./request.js";
+import { header, type RawAnswer, type RawResult } from "./wire.js";
+
+function envelopeProblem(answer: RawAnswer, method: string): string | undefined {
+  const type = header(answer, "content-type");
+  if (!/^application\/json/i.test(type ?? "")) return `not JSON (content-type ${type ?? "none"})`;
+  if (method === "HEAD") return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(answer.body.toString("utf8"));
+  } catch {
+    return "body is not JSON";
+  }
+  const error = (parsed as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  if (parsed === null || typeof parsed !== "object" || Object.keys(parsed).join() !== "error") {
+    return "not the error envelope (top-level keys)";
+  }
+  if (typeof error?.code !== "string" || error.code === "" || typeof error.message !== "string") {
+    return "not the error envelope (code, message)";
+  }
+  return undefined;
+}
+
+/** RFC 6749 §5.2: `{"error": "...", "error_description"?: "..."}` (the spec's rule for `/oidc/*`). */
+function oauthProblem(answer: RawAnswer, method: string): string | undefined {
+  const type = header(answer, "content-type");
+  if (!/^application\/json/i.test(type ?? "")) return `not JSON (content-type ${type ?? "none"})`;
+  if (method === "HEAD") return undefined;
+  try {
+    const parsed = JSON.parse(answer.body.toString("utf8")) as { error?: unknown; error_description?: unknown } | null;
+    if (typeof parsed?.error !== "string" || parsed.error === "") return "not an OAuth error (error)";
+    const description = parsed.error_description;
+    return description === undefined || typeof description === "string"
+      ? undefined
+      : "not an OAuth error (error_description)";
+  } catch {
+    return "body is not JSON";
+  }
+}
+
+const isHtml = (answer: RawAnswer) => /^text\/html/i.test(header(answer, "content-type") ?? "");
+
+/**
+ * A redirect must stay on `origins` as a browser resolves it (tabs and newlines dropped,
+ * backslashes as slashes): `/\t/evil.example` is `//evil.example`, another site.
+ */
+function redirectProblem(answer: RawAnswer, origins: string[]): string | undefined {
+  const location = header(answer, "location");
+  if (location === undefined) return undefined;
+  let target: URL;
+  try {
+    target = new URL(location, origins[0]);
+  } catch {
+    return "redirect to an unreadable Location";
+  }
+  return origins.includes(target.origin) ? undefined : `redirect off-site (to ${target.origin})`;
+}
+
+/**
+ * The problem with `result` as an answer to `request`, or undefined when it is acceptable.
+ * `origins`: where redirects may lead (the server's own origin first, then the sites it sends people to).
+ */
+export function judge(request: FuzzRequest, result: RawResult, origins: string[]): string | undefined {
+  if ("error" in result) return `no answer: ${result.error.replace(/\d+ ms/, "N ms")}`;
+  const { answer } = result;
+  const status = answer.status;
+  if (status >= 500) {
+    const code = /"code"\s*:\s*"([^"]+)"/.exec(answer.body.toString("utf8"))?.[1];
+    return `${status}${code ? ` ${code}` : ""}`;
+  }
+  const success = status < 300 || status === 304;
+  const redirect = status >= 300 && status < 400;
+  if (redirect) {
+    const problem = redirectProblem(answer, origins);
+    if (problem !== undefined) return `${status} ${problem}`;
+  }
+  const lenient = request.transport || request.offRoute;
+  // Off its route, the not-found envelope is the right answer whatever the route was.
+  if (request.offRoute && !success && envelopeProblem(answer, request.method) === undefined) return undefined;
+  if ((request.kind === "api" || request.kind === "oauth") && !success) {
+    const problem = (request.kind === "api" ? envelopeProblem : oauthProblem)(answer, request.method);
+    return problem === undefined ? undefined : `${status} ${problem}`;
+  }
+  if (request.kind === "dual" && !success && !redirect) {
+    if (isHtml(answer)) return undefined;
+    const problem = envelopeProblem(answer, request.method);
+    return problem === undefined ? undefined : `${status} neither HTML nor ${problem}`;
+  }
+  if (request.kind === "page" && !redirect && status !== 204 && status !== 304) {
+    if (isHtml(answer)) return undefined;
+    if (lenient && envelopeProblem(answer, request.method) === undefined) return undefined;
+    return `${status} not HTML (content-type ${header(answer, "content-type") ?? "none"})`;
+  }
+  return undefined;
+}
