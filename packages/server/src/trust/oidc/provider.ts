@@ -100,6 +100,13 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     if (error instanceof OAuthError) {
       return reply.code(error.status).send({ error: error.error, error_description: error.description });
     }
+    const outage = app.outageError(error);
+    if (outage !== undefined) {
+      return reply
+        .code(503)
+        .header("retry-after", String(outage.retryAfterSeconds))
+        .send({ error: "temporarily_unavailable", error_description: outage.message });
+    }
     if ((error.statusCode ?? 500) < 500) {
       return reply.code(400).send({ error: "invalid_request", error_description: "the request could not be read" });
     }

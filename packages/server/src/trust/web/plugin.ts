@@ -42,6 +42,16 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
 
   // A failed CSRF check on a page is a page, not JSON.
   app.setErrorHandler((error: Error & { code?: string; statusCode?: number }, request, reply) => {
+    const outage = app.outageError(error);
+    if (outage !== undefined) {
+      reply.header("retry-after", String(outage.retryAfterSeconds));
+      return sendMessage(
+        reply,
+        503,
+        "Temporarily unavailable",
+        "This service cannot reach its storage right now. Try again in a few seconds.",
+      );
+    }
     if (error.code?.startsWith("FST_CSRF")) {
       return sendMessage(reply, 403, "This form has expired", "Go back, reload the page and try again.");
     }
