@@ -42,6 +42,8 @@ const isBusy = (error: unknown): boolean =>
   error !== null &&
   /^SQLITE_(BUSY|LOCKED)/.test(String((error as { code?: unknown }).code));
 
+const ROLLBACK = /^\s*rollback\s*;?\s*$/i;
+
 class Mutex {
   #tail: Promise<void> = Promise.resolve();
 
@@ -121,6 +123,10 @@ class LockWaitingConnection implements DatabaseConnection {
   }
 
   async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
+    // SQLite rolls a transaction back by itself on some errors (SQLITE_FULL, SQLITE_IOERR,
+    // SQLITE_NOMEM); the ROLLBACK sent after such an error would then fail with "no transaction is
+    // active" and replace the error that says what happened (a full disk answered 500, not 503).
+    if (!this.#raw.inTransaction && ROLLBACK.test(query.sql)) return { rows: [] };
     const deadline = performance.now() + this.#lockWaitMs;
     for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
       try {

@@ -18,6 +18,8 @@ export interface RequestOptions {
   rawBody?: string | Buffer;
   headers?: Record<string, string>;
   token?: string;
+  /** Ends the request early (a guard against a server that never answers). */
+  signal?: AbortSignal;
 }
 
 /** One request to a server under test: JSON in, status, headers, text and parsed JSON out. */
@@ -33,7 +35,12 @@ export async function httpRequest(
   else if (options.body !== undefined) body = JSON.stringify(options.body);
   if (body !== undefined && headers["content-type"] === undefined) headers["content-type"] = "application/json";
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
-  const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
+  const response = await fetch(`${baseUrl}${path}`, {
+    method,
+    headers,
+    ...(body === undefined ? {} : { body }),
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
   const text = await response.text();
   return { status: response.status, headers: response.headers, text, json: parseJsonBody(text) };
 }
