@@ -48,6 +48,7 @@ export async function buildDirectoryApp(
     ...(options.clock ? { clock: options.clock } : {}),
     onRateLimited: (rule) => metrics.rateLimited(rule.name),
     databaseProbe: async () => (await database?.ping()) ?? false,
+    redisRequired: false,
   });
   metrics.watchDependencies(parts.dependencies);
   database = await openDatabase<DirectorySchema>(config.databaseUrl, {
@@ -94,7 +95,7 @@ export async function buildDirectoryApp(
   parts.dependencies.log = app.log;
   const readiness = {
     accepting: true,
-    unavailable: () => parts.dependencies.unavailable(),
+    unavailable: () => parts.unavailable(),
     ...(mirror ? { extra: () => mirror.readiness() } : {}),
   };
   registerHealthRoutes(app, readiness);

@@ -20,8 +20,10 @@ export interface PlatformParts {
   testClock: AdjustableClock | undefined;
   redis: Redis | undefined;
   limiter: RateLimiter;
-  /** The health of the database (once `watchDatabase` is called) and Redis. */
+  /** The health of the database and Redis. */
   dependencies: DependencyMonitor;
+  /** For `/readyz`: the dependencies the service needs to serve that do not answer now. */
+  unavailable(): Promise<string[]>;
   /** Resolves once Redis is connected, or after `timeoutMs` (a server starts during an outage too). */
   redisReady(timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
@@ -30,6 +32,12 @@ export interface PlatformParts {
 export interface PlatformPartsOptions {
   /** Key prefix in Redis, so services and test runs sharing one Redis never collide. */
   redisPrefix: string;
+  /**
+   * Whether the service cannot serve without Redis (the attestor: nonces and quotas are
+   * exactly-once state). A service that can (the directory: per-process limits meanwhile) stays
+   * ready through a Redis outage, which is still tracked and counted.
+   */
+  redisRequired: boolean;
   /** A clock to start from (tests hand in one they also control). */
   clock?: Clock;
   /** Told about every hit the limiter denies (the service's metrics). */
@@ -83,6 +91,10 @@ export function createPlatformParts(config: PlatformConfig, options: PlatformPar
     redis,
     limiter,
     dependencies,
+    async unavailable() {
+      const down = await dependencies.unavailable();
+      return options.redisRequired ? down : down.filter((dependency) => dependency !== "redis");
+    },
     async redisReady(timeoutMs = 2_000) {
       if (redis === undefined || redis.status === "ready") return;
       await Promise.race([once(redis, "ready"), new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);

@@ -57,6 +57,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     ...(options.clock ? { clock: options.clock } : {}),
     onRateLimited: (rule) => metrics.rateLimited(rule.name),
     databaseProbe: async () => (await database?.ping()) ?? false,
+    redisRequired: true,
   });
   metrics.watchDependencies(parts.dependencies);
   database = await openDatabase<TrustSchema>(config.databaseUrl, {
@@ -116,7 +117,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     );
   }
   parts.dependencies.log = app.log;
-  const readiness = { accepting: true, unavailable: () => parts.dependencies.unavailable() };
+  const readiness = { accepting: true, unavailable: () => parts.unavailable() };
   registerHealthRoutes(app, readiness);
   const sessions = new SessionManager({
     db: database.db,

@@ -57,7 +57,10 @@ export class ReplayStore implements NonceStore {
       if (result === 0) return false;
       if (result === -1) {
         const epoch = Number(await viaRedis(() => this.#options.redis.get(this.#marker)));
-        const wait = Math.max(1, epoch - Math.floor(this.#options.clock.now() / 1000));
+        const wait = epoch - Math.floor(this.#options.clock.now() / 1000);
+        // Once the epoch has come, a signature from before it can only be an old one: it may have
+        // been seen, and retrying it can never succeed. Refused as a replay.
+        if (wait <= 0) return false;
         throw new DependencyUnavailable(
           "redis",
           "the replay store was reset; sign a new request after the Retry-After delay",
