@@ -1,9 +1,11 @@
 /**
  * Replay stores for `(keyid, nonce)` pairs. `seen` records a pair and answers whether it was
- * fresh: true the first time within the TTL, false on every repeat.
+ * fresh: true the first time within the TTL, false on every repeat. `createdSeconds` is the
+ * signature's `created`: a store that can lose pairs (a cache restarted empty) uses it to refuse
+ * signatures that could have been seen before the loss.
  */
 export interface NonceStore {
-  seen(keyid: string, nonce: string, ttlSeconds: number): Promise<boolean>;
+  seen(keyid: string, nonce: string, ttlSeconds: number, createdSeconds?: number): Promise<boolean>;
 }
 
 export interface MemoryNonceStoreOptions {

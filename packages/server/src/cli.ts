@@ -134,6 +134,14 @@ async function main(argv: string[]): Promise<void> {
   };
   process.on("SIGTERM", () => void stop("SIGTERM"));
   process.on("SIGINT", () => void stop("SIGINT"));
+  // A stray error from a dependency's client (an event or a promise nobody awaited) is a bug to
+  // log, not a reason to drop every request in flight: the process exits only on a signal.
+  const report = (kind: string) => (error: unknown) => {
+    const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
+    process.stderr.write(`proto-server: ${kind} (kept running): ${message}\n`);
+  };
+  process.on("uncaughtException", report("uncaught exception"));
+  process.on("unhandledRejection", report("unhandled rejection"));
 }
 
 main(process.argv.slice(2)).catch((error: unknown) => {

@@ -232,7 +232,9 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
       throw invalid("signature does not verify");
     }
     const ttl = parsed.expires + skew - nowSeconds;
-    if (!(await options.nonceStore.seen(parsed.keyid, parsed.nonce, ttl))) throw protoError("replayed_nonce");
+    if (!(await options.nonceStore.seen(parsed.keyid, parsed.nonce, ttl, parsed.created))) {
+      throw protoError("replayed_nonce");
+    }
     return {
       keyid: parsed.keyid,
       created: parsed.created,

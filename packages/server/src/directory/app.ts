@@ -1,6 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
-import { openDatabase } from "../platform/database.js";
+import { type Database, openDatabase } from "../platform/database.js";
 import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
@@ -42,15 +42,21 @@ export async function buildDirectoryApp(
   options: DirectoryAppOptions = {},
 ): Promise<DirectoryApp> {
   const metrics = new ServiceMetrics("directory");
+  let database: Database<DirectorySchema> | undefined;
   const parts = createPlatformParts(config.platform, {
     redisPrefix: options.redisPrefix ?? "proto:dir:",
     ...(options.clock ? { clock: options.clock } : {}),
     onRateLimited: (rule) => metrics.rateLimited(rule.name),
+    databaseProbe: async () => (await database?.ping()) ?? false,
+    redisRequired: false,
   });
-  const database = await openDatabase<DirectorySchema>(config.databaseUrl, {
+  metrics.watchDependencies(parts.dependencies);
+  database = await openDatabase<DirectorySchema>(config.databaseUrl, {
     migrations: directoryMigrations,
     migrationTable: "directory_migrations",
+    onConnectionError: (error) => parts.dependencies.failed("database", error),
   });
+  await parts.redisReady();
   const fetcher = createSafeFetcher({
     allowPrivate: config.platform.fetch.allowPrivate,
     resolve: config.platform.fetch.resolve,
@@ -64,6 +70,7 @@ export async function buildDirectoryApp(
     trustedProxyHops: config.platform.trustedProxyHops,
     ...(options.logStream ? { logStream: options.logStream } : {}),
     metrics,
+    onDependencyFailure: (dependency, error) => parts.dependencies.failed(dependency, error),
   });
   await registerOpenApi(app, { ...DIRECTORY_OPENAPI, publicUrl: config.publicUrl });
   registerMetricsRoute(app, metrics, config.platform.metricsToken);
@@ -86,9 +93,10 @@ export async function buildDirectoryApp(
     }
     instrumentMirror(mirror, metrics);
   }
+  parts.dependencies.log = app.log;
   const readiness = {
     accepting: true,
-    check: () => database.ping(),
+    unavailable: () => parts.unavailable(),
     ...(mirror ? { extra: () => mirror.readiness() } : {}),
   };
   registerHealthRoutes(app, readiness);

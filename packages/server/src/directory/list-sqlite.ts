@@ -160,7 +160,12 @@ function sqliteSearch(term: string): SqliteSearch {
  */
 async function searchSqlite(db: Db, query: ListQuery, term: string): Promise<ListedRow[]> {
   // Several statements, one snapshot: a listing written meanwhile cannot be half seen.
-  if (!db.isTransaction) return db.transaction().execute((trx) => searchSqlite(trx, query, term));
+  if (!db.isTransaction) {
+    return db
+      .transaction()
+      .setAccessMode("read only")
+      .execute((trx) => searchSqlite(trx, query, term));
+  }
   const search = sqliteSearch(term);
   return query.tag === undefined ? searchAll(db, query, search) : searchTag(db, query, search, query.tag);
 }

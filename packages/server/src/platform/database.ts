@@ -1,8 +1,9 @@
 import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
-import { Kysely, type Migration, Migrator, PostgresDialect, SqliteDialect, sql } from "kysely";
+import { Kysely, type Migration, Migrator, PostgresDialect, sql } from "kysely";
 import pg from "pg";
+import { LockWaitingSqliteDialect } from "./sqlite-driver.js";
 
 export type Engine = "sqlite" | "postgres";
 
@@ -28,7 +29,18 @@ export interface OpenDatabaseOptions {
   migrationTable: string;
   /** Largest PostgreSQL pool (default 10). */
   poolSize?: number;
+  /** How long a write waits for SQLite's write lock held by another process (default 1500 ms). */
+  lockWaitMs?: number;
+  /** Told about errors of pooled connections that no query was waiting on (logged, never fatal). */
+  onConnectionError?: (error: Error) => void;
 }
+
+/** Longest wait for a new PostgreSQL connection: a down server answers 503 quickly, not after a hang. */
+const PG_CONNECT_TIMEOUT_MS = 2_000;
+/** Longest a readiness ping waits: a health check answers within it, whatever the store does. */
+const PING_TIMEOUT_MS = 1_500;
+/** Longest a statement may run before PostgreSQL cancels it (our queries take milliseconds). */
+const PG_STATEMENT_TIMEOUT_MS = 10_000;
 
 /**
  * better-sqlite3 prepares a statement on every query Kysely sends; keeping prepared statements
@@ -69,7 +81,10 @@ function registerSqliteFunctions(raw: BetterSqlite3.Database): void {
   );
 }
 
-function openSqlite(path: string): { dialect: SqliteDialect; raw: BetterSqlite3.Database } {
+function openSqlite(
+  path: string,
+  lockWaitMs: number,
+): { dialect: LockWaitingSqliteDialect; raw: BetterSqlite3.Database } {
   const memory = path === ":memory:";
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
   const raw = new BetterSqlite3(memory ? ":memory:" : resolve(path));
@@ -77,7 +92,8 @@ function openSqlite(path: string): { dialect: SqliteDialect; raw: BetterSqlite3.
   // NORMAL with WAL keeps every committed transaction across a process crash (only an OS crash
   // can lose the last ones), at a fraction of FULL's fsync cost.
   raw.pragma("synchronous = NORMAL");
-  raw.pragma("busy_timeout = 5000");
+  // No synchronous busy wait on the only thread: the dialect waits for the lock asynchronously.
+  raw.pragma("busy_timeout = 0");
   raw.pragma("foreign_keys = ON");
   // Reads map the file instead of copying every page through read(2), and keep 64 MiB of pages
   // (the default is 2 MiB): a point read walks two B-trees, and at a hundred thousand listings and
@@ -86,23 +102,33 @@ function openSqlite(path: string): { dialect: SqliteDialect; raw: BetterSqlite3.
   raw.pragma("cache_size = -65536");
   raw.pragma("temp_store = MEMORY");
   registerSqliteFunctions(raw);
-  return { dialect: new SqliteDialect({ database: cachingSqlite(raw) }), raw };
+  return { dialect: new LockWaitingSqliteDialect(cachingSqlite(raw), lockWaitMs), raw };
 }
 
-function openPostgres(url: string, poolSize: number): { dialect: PostgresDialect; pool: pg.Pool } {
+function openPostgres(
+  url: string,
+  poolSize: number,
+  onConnectionError: (error: Error) => void,
+): { dialect: PostgresDialect; pool: pg.Pool } {
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize,
+    connectionTimeoutMillis: PG_CONNECT_TIMEOUT_MS,
+    statement_timeout: PG_STATEMENT_TIMEOUT_MS,
+    // A connection whose server vanished without a word (a network partition) is noticed.
+    keepAlive: true,
     // Millisecond timestamps are BIGINT columns; they fit a double exactly.
     types: {
       getTypeParser: (oid: number, format?: "text" | "binary") =>
         oid === 20 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format),
     },
   });
-  // An idle connection the server drops (restart, failover, admin termination) is reported here,
-  // already removed from the pool; the next query opens a new one. Without a listener the 'error'
-  // event would be unhandled and take the whole process down.
-  pool.on("error", () => undefined);
+  // A connection the server drops (restart, failover, admin termination) emits 'error'. The pool
+  // listens on idle connections only; one checked out between two queries has no listener but
+  // this one, attached when it is made. Unhandled, the event would end the process. The pool
+  // discards the broken connection at release, and the next query opens a new one.
+  pool.on("error", onConnectionError);
+  pool.on("connect", (client) => client.on("error", onConnectionError));
   return { dialect: new PostgresDialect({ pool }), pool };
 }
 
@@ -139,7 +165,8 @@ export function changeCounter(db: object): (() => number) | undefined {
 
 function openSqliteReader(path: string): { read: SyncReader; dataVersion(): number; close(): void } {
   const raw = new BetterSqlite3(resolve(path), { readonly: true, fileMustExist: true });
-  raw.pragma("busy_timeout = 5000");
+  // WAL readers meet a lock only in recovery; never wait long for it on the only thread.
+  raw.pragma("busy_timeout = 50");
   raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
   raw.pragma("cache_size = -16384");
   registerSqliteFunctions(raw);
@@ -163,7 +190,9 @@ function openSqliteReader(path: string): { read: SyncReader; dataVersion(): numb
 export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions): Promise<Database<DB>> {
   const engine = engineOf(url);
   const opened =
-    engine === "sqlite" ? openSqlite(url.slice("sqlite:".length)) : openPostgres(url, options.poolSize ?? 10);
+    engine === "sqlite"
+      ? openSqlite(url.slice("sqlite:".length), options.lockWaitMs ?? 1_500)
+      : openPostgres(url, options.poolSize ?? 10, options.onConnectionError ?? (() => undefined));
   const db = new Kysely<DB>({ dialect: opened.dialect });
   const migrations = options.migrations(engine);
   const migrator = new Migrator({
@@ -187,11 +216,18 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
     db,
     engine,
     async ping() {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), PING_TIMEOUT_MS);
+      });
+      const answered = sql`select 1`.execute(db).then(
+        () => true,
+        () => false,
+      );
       try {
-        await sql`select 1`.execute(db);
-        return true;
-      } catch {
-        return false;
+        return await Promise.race([answered, timeout]);
+      } finally {
+        clearTimeout(timer);
       }
     },
     exclusive<T>(name: string, work: (trx: Kysely<DB>) => Promise<T>): Promise<T> {

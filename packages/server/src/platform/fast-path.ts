@@ -40,6 +40,8 @@ export interface FastPathContext {
   clientIp(request: IncomingMessage): string;
   metrics: RequestObserver | undefined;
   log(): FastifyBaseLogger;
+  /** The 503 of an error that says a dependency is away (see createHttpServer). */
+  outageError(error: unknown): ApiError | undefined;
 }
 
 /** An error answered by a fast route: the envelope and headers the platform's error handler sends. */
@@ -100,6 +102,8 @@ export class FastPath {
 
   #failure(error: unknown, request: IncomingMessage): FastAnswer {
     if (error instanceof ApiError) return fastError(error);
+    const outage = this.#context.outageError(error);
+    if (outage !== undefined) return fastError(outage);
     this.#context.log().error({ err: error, method: request.method, url: redactUrl(request.url) }, "request failed");
     return fastError(new ApiError(500, "internal_error", "an unexpected error occurred"));
   }

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
+import { OUTAGE_RETRY_AFTER_SECONDS } from "./dependency.js";
 
 /**
  * The pause between `/readyz` turning unready and the server closing: real time, not the
@@ -12,7 +13,8 @@ export async function drainDelay(seconds: number): Promise<void> {
 export interface Readiness {
   /** False once shutdown begins, so load balancers stop sending work first. */
   accepting: boolean;
-  check(): Promise<boolean>;
+  /** The dependencies (database, Redis when configured) that do not answer now. */
+  unavailable(): Promise<string[]>;
   /**
    * More of the answer, asked once the database answered: fields added to it (as `details` when
    * unready), and why the service is not ready yet (undefined: it is). The directory's mirror
@@ -24,7 +26,7 @@ export interface Readiness {
 const statusBody = (value: string) =>
   ({ type: "object", required: ["status"], properties: { status: { type: "string", const: value } } }) as const;
 const unavailable = {
-  description: "Shutting down, or the database is unreachable (error code `unavailable`).",
+  description: "Shutting down, or the database or Redis is unreachable (error code `unavailable`).",
   type: "object",
   properties: { error: { type: "object", properties: { code: { type: "string" }, message: { type: "string" } } } },
 } as const;
@@ -42,7 +44,7 @@ export function registerHealthRoutes(app: FastifyInstance, readiness: Readiness)
     async (_request, reply) => reply.header("cache-control", "no-store").send({ status: "ok" }),
   );
   const readySchema = {
-    summary: "Readiness: the database is reachable and the server is not shutting down",
+    summary: "Readiness: the database (and Redis, when configured) answers and the server is not shutting down",
     tags: ["operations"],
     response: { 200: { description: "Ready for traffic.", ...statusBody("ready") }, 503: unavailable },
   };
@@ -51,8 +53,18 @@ export function registerHealthRoutes(app: FastifyInstance, readiness: Readiness)
     if (!readiness.accepting) {
       return reply.code(503).send({ error: { code: "unavailable", message: "the server is shutting down" } });
     }
-    if (!(await readiness.check())) {
-      return reply.code(503).send({ error: { code: "unavailable", message: "the database is unreachable" } });
+    const unavailable = await readiness.unavailable();
+    if (unavailable.length > 0) {
+      return reply
+        .code(503)
+        .header("retry-after", String(OUTAGE_RETRY_AFTER_SECONDS))
+        .send({
+          error: {
+            code: "unavailable",
+            message: `unreachable: ${unavailable.join(", ")}`,
+            details: { unavailable },
+          },
+        });
     }
     const extra = readiness.extra?.();
     if (extra?.unready !== undefined) {

@@ -11,6 +11,7 @@ import Fastify, {
   LogController,
 } from "fastify";
 import type { LogLevel } from "./config.js";
+import { asDependencyUnavailable, type Dependency, SERVICE_UNAVAILABLE } from "./dependency.js";
 import { ApiError } from "./errors.js";
 import { FastPath, type FastRoute } from "./fast-path.js";
 import { controlPatternMessage, registerInputRules } from "./input-rules.js";
@@ -36,6 +37,8 @@ export interface HttpOptions {
   logStream?: NodeJS.WritableStream;
   /** Told about every response: method, route pattern, status, seconds (the service's metrics). */
   metrics?: RequestObserver;
+  /** Told about every request that failed because a dependency is away (answered 503). */
+  onDependencyFailure?: (dependency: Dependency, error: unknown) => void;
 }
 
 function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
@@ -97,7 +100,9 @@ export function toApiError(error: FastifyError): ApiError {
  */
 export function createHttpServer(options: HttpOptions): FastifyInstance {
   const trustProxy = proxyTrust(options.trustedProxies, options.trustedProxyHops);
+  const outageError = outageErrors(options.onDependencyFailure);
   const fastPath = new FastPath({
+    outageError,
     clientIp:
       options.trustedProxies.length === 0
         ? (request) => request.socket.remoteAddress ?? ""
@@ -166,9 +171,16 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
   // field missing from a schema is still sent and nothing relies on a schema to strip data.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
+  app.decorate("outageError", outageError);
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const apiError = toApiError(error);
-    if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
+    const apiError =
+      error instanceof ApiError || error instanceof ProtoError
+        ? toApiError(error)
+        : (outageError(error) ?? toApiError(error));
+    // Outages are logged once, when they start and end (DependencyMonitor), not per request.
+    if (apiError.status >= 500 && apiError.code !== SERVICE_UNAVAILABLE) {
+      request.log.error({ err: error }, "request failed");
+    }
     return sendError(reply, apiError);
   });
   app.setNotFoundHandler((request, reply) =>
@@ -184,12 +196,32 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
       status: reply.statusCode,
       ms: reply.elapsedTime,
     };
-    if (reply.statusCode >= 500) request.log.error(entry, "request");
+    if (reply.statusCode >= 500 && reply.statusCode !== 503) request.log.error(entry, "request");
     else request.log.debug(entry, "request");
     metrics?.observeRequest(request.method, request.routeOptions.url, reply.statusCode, reply.elapsedTime / 1000);
     done();
   });
   return app;
+}
+
+declare module "fastify" {
+  interface FastifyInstance {
+    /**
+     * The 503 `service_unavailable` of an error that says a dependency is away (database, Redis),
+     * undefined for any other error; the service's outage tracking is told. Page error handlers
+     * use it to answer an outage as one too.
+     */
+    outageError(error: unknown): ApiError | undefined;
+  }
+}
+
+function outageErrors(onFailure: HttpOptions["onDependencyFailure"]) {
+  return (error: unknown): ApiError | undefined => {
+    const outage = asDependencyUnavailable(error);
+    if (outage === undefined) return undefined;
+    onFailure?.(outage.dependency, error);
+    return new ApiError(503, SERVICE_UNAVAILABLE, outage.message, undefined, outage.retryAfterSeconds);
+  };
 }
 
 // By the http server, which every plugin's encapsulated instance shares with the root.

@@ -8,7 +8,8 @@
  * path is an ordinary 404, so nothing about the process leaks from the public port.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { Counter, collectDefaultMetrics, Histogram, Registry } from "prom-client";
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import type { DependencyMonitor } from "./dependency-monitor.js";
 import { ApiError } from "./errors.js";
 import { sendError } from "./http.js";
 import { constantTimeEqual } from "./tokens.js";
@@ -61,6 +62,50 @@ export class ServiceMetrics implements RequestObserver {
     const labels = { method, route: route ?? UNMATCHED_ROUTE, status: String(status) };
     this.#requests.inc(labels);
     this.#latency.observe(labels, seconds);
+  }
+
+  /**
+   * Series read from `monitor` at each scrape: errors per dependency, whether it is up now, and
+   * the seconds spent degraded (what to alert on: see docs/operations.md).
+   */
+  watchDependencies(monitor: DependencyMonitor): void {
+    const reported = new Map<string, { errors: number; seconds: number }>();
+    const last = (dependency: string) => reported.get(dependency) ?? { errors: 0, seconds: 0 };
+    new Counter({
+      name: "proto_dependency_errors_total",
+      help: "Requests and probes that failed because a dependency (database, redis) did not answer.",
+      labelNames: ["dependency"],
+      registers: [this.registry],
+      collect() {
+        for (const dependency of monitor.dependencies) {
+          const errors = monitor.errors(dependency);
+          this.inc({ dependency }, errors - last(dependency).errors);
+          reported.set(dependency, { ...last(dependency), errors });
+        }
+      },
+    });
+    new Counter({
+      name: "proto_dependency_degraded_seconds_total",
+      help: "Seconds spent with a dependency unavailable.",
+      labelNames: ["dependency"],
+      registers: [this.registry],
+      collect() {
+        for (const dependency of monitor.dependencies) {
+          const seconds = monitor.degradedSeconds(dependency);
+          this.inc({ dependency }, seconds - last(dependency).seconds);
+          reported.set(dependency, { ...last(dependency), seconds });
+        }
+      },
+    });
+    new Gauge({
+      name: "proto_dependency_up",
+      help: "1 while the dependency answers, 0 during an outage.",
+      labelNames: ["dependency"],
+      registers: [this.registry],
+      collect() {
+        for (const dependency of monitor.dependencies) this.set({ dependency }, monitor.isDegraded(dependency) ? 0 : 1);
+      },
+    });
   }
 
   /** One denied hit of the rate-limit rule named `scope` (e.g. `dir.read`, `trust.token_binding`). */

@@ -74,6 +74,13 @@ export const ERROR_ENVELOPE = {
   },
 } as const;
 
+/** The 503 every route may answer while a dependency is away. */
+const OUTAGE_RESPONSE = {
+  ...ERROR_ENVELOPE,
+  description:
+    "A dependency (the database or Redis) is unavailable: error code `service_unavailable`, with `Retry-After` in seconds. Retry after that delay; nothing was changed.",
+} as const;
+
 function methodsOf(route: RouteOptions): string[] {
   return Array.isArray(route.method) ? route.method : [route.method as string];
 }
@@ -96,6 +103,11 @@ export async function registerOpenApi(app: FastifyInstance, options: OpenApiOpti
         .find((entry) => entry !== undefined);
       const merged: FastifySchema = { ...doc, ...own };
       if (merged.tags === undefined || merged.tags.length === 0) merged.tags = [options.defaultTag];
+      // Every route can meet an outage of the database or Redis (docs/operations.md).
+      const responses = (merged.response ?? {}) as Record<string, unknown>;
+      if (Object.keys(responses).length > 0 && responses["503"] === undefined) {
+        merged.response = { ...responses, 503: OUTAGE_RESPONSE };
+      }
       return { schema: merged, url };
     },
   });

@@ -9,6 +9,7 @@
 import { createHash } from "node:crypto";
 import type { Redis } from "ioredis";
 import type { Clock } from "./clock.js";
+import { DependencyUnavailable } from "./dependency.js";
 
 export interface RateLimitRule {
   /** Identifies the limit, e.g. "listings.create"; counters of different rules never mix. */
@@ -16,6 +17,11 @@ export interface RateLimitRule {
   /** Hits allowed per window; 0 denies everything. */
   limit: number;
   windowSeconds: number;
+  /**
+   * A limit that must hold exactly across replicas (a daily quota): while the shared store is
+   * away it refuses (DependencyUnavailable) instead of counting in this process alone.
+   */
+  failClosed?: boolean;
 }
 
 export interface RateLimitDecision {
@@ -255,6 +261,60 @@ export class RedisRateLimiter implements RateLimiter {
       }
       throw error;
     }
+  }
+}
+
+export interface FallbackRateLimiterOptions {
+  /** Told about every failure of the shared limiter, and when it answers again. */
+  onFailure(error: unknown): void;
+  onRecovery(): void;
+  /** How long to count locally after a failure before asking the shared limiter again. */
+  retryAfterMs?: number;
+}
+
+/**
+ * The shared (Redis) limiter, and this process's counters while it is away: availability fails
+ * soft, so public reads go on being served and limited per replica during a Redis outage. Rules
+ * marked `failClosed` never fall back: they refuse with DependencyUnavailable instead.
+ */
+export class FallbackRateLimiter implements RateLimiter {
+  readonly #shared: RateLimiter;
+  readonly #local: MemoryRateLimiter;
+  readonly #options: FallbackRateLimiterOptions;
+  #localUntil = 0;
+  #degraded = false;
+
+  constructor(shared: RateLimiter, local: MemoryRateLimiter, options: FallbackRateLimiterOptions) {
+    this.#shared = shared;
+    this.#local = local;
+    this.#options = options;
+  }
+
+  async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
+    if (!rule.failClosed && performance.now() < this.#localUntil) return this.#local.hitSync(rule, key);
+    try {
+      const decision = await this.#shared.hit(rule, key);
+      if (this.#degraded) {
+        this.#degraded = false;
+        this.#options.onRecovery();
+      }
+      return decision;
+    } catch (error) {
+      this.#degraded = true;
+      this.#localUntil = performance.now() + (this.#options.retryAfterMs ?? 1_000);
+      this.#options.onFailure(error);
+      if (rule.failClosed) {
+        throw new DependencyUnavailable("redis", "a shared store is unavailable; retry shortly", undefined, {
+          cause: error,
+        });
+      }
+      return this.#local.hitSync(rule, key);
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#shared.close?.();
+    await this.#local.close();
   }
 }
 

@@ -1,7 +1,11 @@
+import { once } from "node:events";
 import { Redis } from "ioredis";
 import { AdjustableClock, type Clock, systemClock } from "./clock.js";
 import type { PlatformConfig } from "./config.js";
+import type { Dependency } from "./dependency.js";
+import { DependencyMonitor, type Probe } from "./dependency-monitor.js";
 import {
+  FallbackRateLimiter,
   MemoryRateLimiter,
   observeDenials,
   type RateLimiter,
@@ -16,37 +20,87 @@ export interface PlatformParts {
   testClock: AdjustableClock | undefined;
   redis: Redis | undefined;
   limiter: RateLimiter;
+  /** The health of the database and Redis. */
+  dependencies: DependencyMonitor;
+  /** For `/readyz`: the dependencies the service needs to serve that do not answer now. */
+  unavailable(): Promise<string[]>;
+  /** Resolves once Redis is connected, or after `timeoutMs` (a server starts during an outage too). */
+  redisReady(timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
 }
 
 export interface PlatformPartsOptions {
   /** Key prefix in Redis, so services and test runs sharing one Redis never collide. */
   redisPrefix: string;
+  /**
+   * Whether the service cannot serve without Redis (the attestor: nonces and quotas are
+   * exactly-once state). A service that can (the directory: per-process limits meanwhile) stays
+   * ready through a Redis outage, which is still tracked and counted.
+   */
+  redisRequired: boolean;
   /** A clock to start from (tests hand in one they also control). */
   clock?: Clock;
   /** Told about every hit the limiter denies (the service's metrics). */
   onRateLimited?: (rule: RateLimitRule) => void;
+  /** How the service checks that its database answers (for readiness and outage tracking). */
+  databaseProbe: Probe;
+}
+
+// Fail fast: a request during a Redis outage is answered in about a second, never queued for
+// the reconnection (no offline queue, one retry, bounded connect and command times).
+const REDIS_TIMEOUT_MS = 1_000;
+
+function redisClient(url: string): Redis {
+  return new Redis(url, {
+    maxRetriesPerRequest: 1,
+    enableOfflineQueue: false,
+    connectTimeout: REDIS_TIMEOUT_MS,
+    commandTimeout: REDIS_TIMEOUT_MS,
+    // Reconnect forever, at most a second apart, so service resumes within a second of Redis.
+    retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1_000),
+    lazyConnect: false,
+  });
 }
 
 export function createPlatformParts(config: PlatformConfig, options: PlatformPartsOptions): PlatformParts {
   const base = options.clock ?? systemClock;
   const testClock = config.testHooks ? (base instanceof AdjustableClock ? base : new AdjustableClock(base)) : undefined;
   const clock = testClock ?? base;
-  const redis =
-    config.redisUrl === undefined
-      ? undefined
-      : new Redis(config.redisUrl, { maxRetriesPerRequest: 2, enableOfflineQueue: true, lazyConnect: false });
+  const redis = config.redisUrl === undefined ? undefined : redisClient(config.redisUrl);
+  const probes: Partial<Record<Dependency, Probe>> = { database: options.databaseProbe };
+  if (redis !== undefined) probes.redis = async () => (await redis.ping()) === "PONG";
+  const dependencies = new DependencyMonitor(probes);
+  // ioredis reports each failed (re)connection here; unhandled, it would print to stderr.
+  redis?.on("error", (error: unknown) => dependencies.failed("redis", error));
+  redis?.on("ready", () => dependencies.recovered("redis"));
   const counters: RateLimiter =
     redis === undefined
       ? new MemoryRateLimiter({ clock })
-      : new RedisRateLimiter({ redis, clock, keyPrefix: `${options.redisPrefix}rl:` });
+      : new FallbackRateLimiter(
+          new RedisRateLimiter({ redis, clock, keyPrefix: `${options.redisPrefix}rl:` }),
+          new MemoryRateLimiter({ clock }),
+          {
+            onFailure: (error) => dependencies.failed("redis", error),
+            onRecovery: () => dependencies.recovered("redis"),
+          },
+        );
   const limiter = options.onRateLimited ? observeDenials(counters, options.onRateLimited) : counters;
   return {
     clock,
     testClock,
     redis,
     limiter,
+    dependencies,
+    async unavailable() {
+      const down = await dependencies.unavailable();
+      return options.redisRequired ? down : down.filter((dependency) => dependency !== "redis");
+    },
+    async redisReady(timeoutMs = 2_000) {
+      if (redis === undefined || redis.status === "ready") return;
+      await Promise.race([once(redis, "ready"), new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
+    },
     async close() {
+      dependencies.close();
       await limiter.close?.();
       if (redis !== undefined) await redis.quit().catch(() => redis.disconnect());
     },

@@ -1,7 +1,7 @@
-import { MemoryNonceStore, RedisNonceStore } from "@proto/protocol";
+import { DEFAULT_SKEW_SECONDS, MemoryNonceStore } from "@proto/protocol";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
-import { openDatabase } from "../platform/database.js";
+import { type Database, openDatabase } from "../platform/database.js";
 import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
@@ -17,6 +17,7 @@ import { oidcProvider } from "./oidc/provider.js";
 import { paymentWiring, withExtraPages } from "./payment/plugin.js";
 import type { PaymentFetch } from "./payment/provider.js";
 import type { PaymentLimits } from "./payment/routes.js";
+import { ReplayStore } from "./replay-store.js";
 import { TRUST_OPENAPI, trustRoutes } from "./routes.js";
 import { TrustService } from "./service.js";
 import { MAX_ATTESTATION_TTL_SECONDS } from "./settings.js";
@@ -50,15 +51,21 @@ export interface TrustAppOptions {
 export async function buildTrustApp(config: TrustConfig, options: TrustAppOptions = {}): Promise<TrustApp> {
   const prefix = options.redisPrefix ?? "proto:trust:";
   const metrics = new ServiceMetrics("trust");
+  let database: Database<TrustSchema> | undefined;
   const parts = createPlatformParts(config.platform, {
     redisPrefix: prefix,
     ...(options.clock ? { clock: options.clock } : {}),
     onRateLimited: (rule) => metrics.rateLimited(rule.name),
+    databaseProbe: async () => (await database?.ping()) ?? false,
+    redisRequired: true,
   });
-  const database = await openDatabase<TrustSchema>(config.databaseUrl, {
+  metrics.watchDependencies(parts.dependencies);
+  database = await openDatabase<TrustSchema>(config.databaseUrl, {
     migrations: trustMigrations,
     migrationTable: "trust_migrations",
+    onConnectionError: (error) => parts.dependencies.failed("database", error),
   });
+  await parts.redisReady();
   const keys = new KeyRing({
     database,
     keyEncryptionKey: config.secrets.keyEncryptionKey,
@@ -72,7 +79,18 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
   const nonceStore =
     parts.redis === undefined
       ? new MemoryNonceStore({ now: () => parts.clock.now() })
-      : new RedisNonceStore(parts.redis, { keyPrefix: `${prefix}nonce:` });
+      : new ReplayStore({
+          redis: parts.redis,
+          db: database.db,
+          clock: parts.clock,
+          keyPrefix: `${prefix}nonce:`,
+          skewSeconds: DEFAULT_SKEW_SECONDS,
+          onLoss: (epoch) =>
+            app.log.warn(
+              { refusedBefore: new Date(epoch * 1000).toISOString() },
+              "Redis came back without its nonces: refusing signatures that could predate the loss",
+            ),
+        });
   const service = new TrustService({
     database,
     clock: parts.clock,
@@ -89,6 +107,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     trustedProxyHops: config.platform.trustedProxyHops,
     ...(options.logStream ? { logStream: options.logStream } : {}),
     metrics,
+    onDependencyFailure: (dependency, error) => parts.dependencies.failed(dependency, error),
   });
   await registerOpenApi(app, { ...TRUST_OPENAPI, publicUrl: config.publicUrl });
   registerMetricsRoute(app, metrics, config.platform.metricsToken);
@@ -98,7 +117,8 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
       "TRUST_KEY_ENCRYPTION_KEY or TRUST_PSEUDONYM_KEY not set: using development secrets kept in the data directory",
     );
   }
-  const readiness = { accepting: true, check: () => database.ping() };
+  parts.dependencies.log = app.log;
+  const readiness = { accepting: true, unavailable: () => parts.unavailable() };
   registerHealthRoutes(app, readiness);
   const sessions = new SessionManager({
     db: database.db,

@@ -114,10 +114,25 @@ function humanSide(engine: Engine): Migration {
 }
 
 export function trustMigrations(engine: Engine): Record<string, Migration> {
-  return { "0001_initial": initial(engine), "0002_human_side": humanSide(engine), "0003_payment": payment(engine) };
+  return {
+    "0001_initial": initial(engine),
+    "0002_human_side": humanSide(engine),
+    "0003_payment": payment(engine),
+    "0004_state": state(),
+  };
+}
+
+/** Facts about the deployment that must outlive Redis (see trust/replay-store.ts). */
+function state(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql.raw("create table trust_state (name text primary key, value text not null)").execute(db);
+    },
+  };
 }
 
 export interface TrustSchema extends HumanSideSchema, PaymentSchema {
+  trust_state: { name: string; value: string };
   trust_signing_keys: {
     kid: string;
     public_x: string;

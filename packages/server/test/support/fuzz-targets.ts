@@ -50,7 +50,7 @@ const fuzzable = (routes: { method: string; url: string }[]) =>
  * The servers run behind one trusted proxy hop, so a normal request after the run can come from a
  * client address of its own: the fuzz may have spent 127.0.0.1's default limits.
  */
-const PROXY_HOPS = { TRUSTED_PROXY_HOPS: "1" };
+const PROXY_HOPS = { TRUSTED_PROXIES: "127.0.0.1", TRUSTED_PROXY_HOPS: "1" };
 const freshClient = () => `198.51.100.${Math.floor(Math.random() * 254) + 1}`;
 
 /** A normal request, checked: undefined when it answered `status`. */

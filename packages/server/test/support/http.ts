@@ -21,6 +21,8 @@ export interface RequestOptions {
   token?: string;
   /** The local address to connect from (e.g. `127.0.0.2`): a second client, or a proxy, on this machine. */
   from?: string;
+  /** Ends the request early (a guard against a server that never answers). */
+  signal?: AbortSignal;
 }
 
 /** One request to a server under test: JSON in, status, headers, text and parsed JSON out. */
@@ -37,7 +39,12 @@ export async function httpRequest(
   if (body !== undefined && headers["content-type"] === undefined) headers["content-type"] = "application/json";
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
   if (options.from !== undefined) return requestFrom(options.from, `${baseUrl}${path}`, method, headers, body);
-  const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
+  const response = await fetch(`${baseUrl}${path}`, {
+    method,
+    headers,
+    ...(body === undefined ? {} : { body }),
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
   const text = await response.text();
   return { status: response.status, headers: response.headers, text, json: parseJsonBody(text) };
 }

@@ -116,6 +116,11 @@ export class Replica {
     return child !== undefined && child.exitCode === null && child.signalCode === null;
   }
 
+  /** The current process's id (a restart gives a new one). */
+  get pid(): number | undefined {
+    return this.#child?.pid;
+  }
+
   /** Resolves when the current process has ended. */
   get exited(): Promise<Exit> {
     return this.#exited;

@@ -55,6 +55,16 @@ export async function directoryPages(app: FastifyInstance, options: DirectoryPag
   // Errors on these routes are pages too; the JSON API keeps its envelope (this handler is
   // encapsulated in the plugin).
   app.setErrorHandler((error: FastifyError, request, reply: FastifyReply) => {
+    const outage = app.outageError(error);
+    if (outage !== undefined) {
+      reply.header("retry-after", String(outage.retryAfterSeconds));
+      return sendMessage(
+        reply,
+        503,
+        "Temporarily unavailable",
+        "The directory cannot reach its storage right now. Reload in a few seconds.",
+      );
+    }
     if (error instanceof ApiError && error.status === 429) {
       const seconds = Math.max(1, Math.ceil(error.retryAfterSeconds ?? 1));
       reply.header("retry-after", String(seconds));

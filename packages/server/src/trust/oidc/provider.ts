@@ -102,13 +102,20 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   // The discovery document is no OAuth endpoint: the envelope.
   app.setErrorHandler((error: FastifyError, request, reply) => {
     reply.header("cache-control", "no-store");
-    const apiError = toApiError(error);
     if (!request.routeOptions.url?.startsWith("/oidc/")) {
+      const apiError = app.outageError(error) ?? toApiError(error);
       if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
       return sendError(reply, apiError);
     }
     if (error instanceof OAuthError) {
       return reply.code(error.status).send({ error: error.error, error_description: error.description });
+    }
+    const outage = app.outageError(error);
+    if (outage !== undefined) {
+      return reply
+        .code(503)
+        .header("retry-after", String(outage.retryAfterSeconds))
+        .send({ error: "temporarily_unavailable", error_description: outage.message });
     }
     const problem = clientProblem(error);
     if (problem !== undefined && request.routeOptions.url === "/oidc/authorize") {

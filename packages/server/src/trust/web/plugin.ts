@@ -42,6 +42,16 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
 
   // Errors on pages are pages, not JSON, with the status of the client's mistake.
   app.setErrorHandler((error: Error & { code?: string; statusCode?: number }, request, reply) => {
+    const outage = app.outageError(error);
+    if (outage !== undefined) {
+      reply.header("retry-after", String(outage.retryAfterSeconds));
+      return sendMessage(
+        reply,
+        503,
+        "Temporarily unavailable",
+        "This service cannot reach its storage right now. Try again in a few seconds.",
+      );
+    }
     const problem = clientProblem(error);
     if (problem !== undefined) return sendMessage(reply, problem.status, problem.title, problem.message);
     request.log.error({ err: error }, "page failed");
