@@ -80,9 +80,14 @@ export function judge(request: FuzzRequest, result: RawResult, origins: string[]
     const problem = redirectProblem(answer, origins);
     if (problem !== undefined) return `${status} ${problem}`;
   }
-  const lenient = request.transport || request.offRoute;
+  // A path that does not percent-decode is refused before any route is chosen: the envelope.
+  const lenient = request.transport || request.offRoute || !decodes(request.target.split("?")[0] ?? "");
   // Off its route, the not-found envelope is the right answer whatever the route was.
   if (request.offRoute && !success && envelopeProblem(answer, request.method) === undefined) return undefined;
+  // Refused before any route is chosen (framing, header size): the envelope, whatever the route.
+  if (request.kind === "oauth" && !success && lenient && envelopeProblem(answer, request.method) === undefined) {
+    return undefined;
+  }
   if ((request.kind === "api" || request.kind === "oauth") && !success) {
     const problem = (request.kind === "api" ? envelopeProblem : oauthProblem)(answer, request.method);
     return problem === undefined ? undefined : `${status} ${problem}`;
@@ -98,4 +103,13 @@ export function judge(request: FuzzRequest, result: RawResult, origins: string[]
     return `${status} not HTML (content-type ${header(answer, "content-type") ?? "none"})`;
   }
   return undefined;
+}
+
+function decodes(path: string): boolean {
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
