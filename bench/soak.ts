@@ -26,12 +26,11 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
-import { Redis } from "ioredis";
-import pg from "pg";
 import { Pool } from "undici";
 import { createStore, loadStore } from "./directory/lib/dataset.js";
 import { type Child, startChild } from "./directory/lib/processes.js";
 import { printLine } from "./report.js";
+import { dropRedisKeys, scratchPostgresDatabase } from "./scratch-stores.js";
 
 const { values } = parseArgs({
   options: {
@@ -82,33 +81,9 @@ async function trustDatabaseUrl(): Promise<string> {
     cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
     return `sqlite:${join(dir, "trust.db")}`;
   }
-  const name = `proto_soak_trust_${randomBytes(5).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: POSTGRES_URL });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  cleanups.push(async () => {
-    const client = new pg.Client({ connectionString: POSTGRES_URL });
-    await client.connect();
-    await client.query(`drop database if exists ${name} with (force)`);
-    await client.end();
-  });
-  const url = new URL(POSTGRES_URL);
-  url.pathname = `/${name}`;
-  return url.href;
-}
-
-async function dropRedisKeys(prefixes: string[]): Promise<void> {
-  const redis = new Redis(REDIS_URL);
-  for (const prefix of prefixes) {
-    let cursor = "0";
-    do {
-      const [next, keys] = await redis.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== "0");
-  }
-  redis.disconnect();
+  const database = await scratchPostgresDatabase(POSTGRES_URL, "proto_soak_trust");
+  cleanups.push(database.drop);
+  return database.url;
 }
 
 // ---- the attestor's process (bench/trust/lib/server.ts, spoken to over IPC) ------------------
@@ -213,7 +188,7 @@ try {
   const searches = [...words].slice(0, 200);
   const tagList = [...tags].slice(0, 50);
   const redisEnv: Record<string, string> = STORE === "postgres" ? { REDIS_URL } : {};
-  if (STORE === "postgres") cleanups.push(() => dropRedisKeys([redisPrefix, "proto:dir:"]));
+  if (STORE === "postgres") cleanups.push(() => dropRedisKeys(REDIS_URL, [redisPrefix, "proto:dir:"]));
 
   directory = await startChild("./directory-server.ts", {
     DIRECTORY_DATABASE_URL: directoryStore.url,

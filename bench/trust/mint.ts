@@ -35,9 +35,8 @@ import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { createAttestationVerifier, encodeDidKey, rawPublicKey, seedOfPrivateKey, signRequest } from "@proto/protocol";
-import { Redis } from "ioredis";
-import pg from "pg";
 import { printLine } from "../report.js";
+import { dropRedisKeys, scratchPostgresDatabase } from "../scratch-stores.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const num = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
@@ -262,36 +261,16 @@ async function runEngine(engine: string): Promise<EngineResult> {
       store = "SQLite (file, WAL), memory nonce store + rate limiter";
     } else {
       if (!POSTGRES_URL) throw new Error("TEST_POSTGRES_URL is not set");
-      const name = `proto_bench_trust_${randomBytes(5).toString("hex")}`;
-      const admin = new pg.Client({ connectionString: POSTGRES_URL });
-      await admin.connect();
-      await admin.query(`create database ${name}`);
-      await admin.end();
-      cleanups.push(async () => {
-        const client = new pg.Client({ connectionString: POSTGRES_URL });
-        await client.connect();
-        await client.query(`drop database if exists ${name} with (force)`);
-        await client.end();
-      });
-      const url = new URL(POSTGRES_URL);
-      url.pathname = `/${name}`;
-      databaseUrl = url.href;
+      const database = await scratchPostgresDatabase(POSTGRES_URL, "proto_bench_trust");
+      cleanups.push(database.drop);
+      databaseUrl = database.url;
       store = "PostgreSQL (pool 10)";
       if (REDIS_URL) {
         const prefix = `bench:trust:${randomBytes(5).toString("hex")}:`;
         env.REDIS_URL = REDIS_URL;
         env.BENCH_REDIS_PREFIX = prefix;
         store += " + Redis nonce store + rate limiter";
-        cleanups.push(async () => {
-          const redis = new Redis(REDIS_URL);
-          let cursor = "0";
-          do {
-            const [nextCursor, keys] = await redis.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
-            cursor = nextCursor;
-            if (keys.length > 0) await redis.del(...keys);
-          } while (cursor !== "0");
-          redis.disconnect();
-        });
+        cleanups.push(() => dropRedisKeys(REDIS_URL, [prefix]));
       } else {
         store += ", memory nonce store + rate limiter (TEST_REDIS_URL not set)";
       }

@@ -9,6 +9,8 @@ export interface PageProblem {
   status: number;
   title: string;
   message: string;
+  /** Sent as `Retry-After` (an outage). */
+  retryAfterSeconds?: number;
 }
 
 interface AnyError {
@@ -37,4 +39,25 @@ export function clientProblem(error: AnyError): PageProblem | undefined {
     default:
       return { status, title: "Something is not right", message: "The request could not be understood." };
   }
+}
+
+/**
+ * The page for an error a person can do something about: a dependency outage (503, retry later;
+ * `outageError` is the server's `app.outageError`) or a client mistake (4xx). Undefined for the
+ * server's own failures.
+ */
+export function pageProblem(
+  error: AnyError,
+  outageError: (error: unknown) => ApiError | undefined,
+): PageProblem | undefined {
+  const outage = outageError(error);
+  if (outage !== undefined) {
+    return {
+      status: 503,
+      title: "Temporarily unavailable",
+      message: "This service cannot reach its storage right now. Try again in a few seconds.",
+      ...(outage.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: outage.retryAfterSeconds }),
+    };
+  }
+  return clientProblem(error);
 }

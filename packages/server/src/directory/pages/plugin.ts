@@ -2,7 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import { ApiError } from "../../platform/errors.js";
 import { rateLimitHook } from "../../platform/http.js";
 import { InputRuleError } from "../../platform/input-rules.js";
-import { clientProblem } from "../../platform/page-errors.js";
+import { pageProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
 import type { DirectoryService } from "../service.js";
 import type { DirectorySettings } from "../settings.js";
@@ -55,16 +55,6 @@ export async function directoryPages(app: FastifyInstance, options: DirectoryPag
   // Errors on these routes are pages too; the JSON API keeps its envelope (this handler is
   // encapsulated in the plugin).
   app.setErrorHandler((error: FastifyError, request, reply: FastifyReply) => {
-    const outage = app.outageError(error);
-    if (outage !== undefined) {
-      reply.header("retry-after", String(outage.retryAfterSeconds));
-      return sendMessage(
-        reply,
-        503,
-        "Temporarily unavailable",
-        "The directory cannot reach its storage right now. Reload in a few seconds.",
-      );
-    }
     if (error instanceof ApiError && error.status === 429) {
       const seconds = Math.max(1, Math.ceil(error.retryAfterSeconds ?? 1));
       reply.header("retry-after", String(seconds));
@@ -92,8 +82,11 @@ export async function directoryPages(app: FastifyInstance, options: DirectoryPag
         "The page address was changed, or its “Next page” position belongs to another search. Start again from the first page.",
       );
     }
-    const problem = clientProblem(error);
-    if (problem !== undefined) return sendMessage(reply, problem.status, problem.title, problem.message);
+    const problem = pageProblem(error, app.outageError);
+    if (problem !== undefined) {
+      if (problem.retryAfterSeconds !== undefined) reply.header("retry-after", String(problem.retryAfterSeconds));
+      return sendMessage(reply, problem.status, problem.title, problem.message);
+    }
     request.log.error({ err: error }, "page failed");
     return sendMessage(reply, 500, "Something went wrong", "Please try again in a moment.");
   });

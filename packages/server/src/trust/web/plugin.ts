@@ -4,7 +4,7 @@ import fastifyFormbody from "@fastify/formbody";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../../platform/clock.js";
 import { html } from "../../platform/html.js";
-import { clientProblem } from "../../platform/page-errors.js";
+import { pageProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
 import { type Mailer, OutboxMailer } from "../mail.js";
 import type { TrustService } from "../service.js";
@@ -42,18 +42,11 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
 
   // Errors on pages are pages, not JSON, with the status of the client's mistake.
   app.setErrorHandler((error: Error & { code?: string; statusCode?: number }, request, reply) => {
-    const outage = app.outageError(error);
-    if (outage !== undefined) {
-      reply.header("retry-after", String(outage.retryAfterSeconds));
-      return sendMessage(
-        reply,
-        503,
-        "Temporarily unavailable",
-        "This service cannot reach its storage right now. Try again in a few seconds.",
-      );
+    const problem = pageProblem(error, app.outageError);
+    if (problem !== undefined) {
+      if (problem.retryAfterSeconds !== undefined) reply.header("retry-after", String(problem.retryAfterSeconds));
+      return sendMessage(reply, problem.status, problem.title, problem.message);
     }
-    const problem = clientProblem(error);
-    if (problem !== undefined) return sendMessage(reply, problem.status, problem.title, problem.message);
     request.log.error({ err: error }, "page failed");
     return sendMessage(reply, 500, "Something went wrong", "Please try again in a moment.");
   });
