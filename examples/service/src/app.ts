@@ -22,6 +22,7 @@ import {
   type Kit,
   type OwnerSession,
   openKitStore,
+  protoServerOptions,
 } from "@proto/kit";
 import { type FetchFunction, ProtoError, protoError, recipientKey } from "@proto/protocol";
 import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
@@ -167,9 +168,15 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
   }
 
   const logger = options.logger ?? false;
+  // Errors refused before any route is known answer in the envelope too (see protoServerOptions).
+  const serverOptions = protoServerOptions();
   const app = (options.https === undefined
-    ? Fastify({ logger })
-    : Fastify({ logger, https: options.https })) as unknown as FastifyInstance;
+    ? Fastify({ logger, ...serverOptions })
+    : Fastify({
+        logger,
+        ...serverOptions,
+        https: { ...options.https, ...serverOptions.http },
+      })) as unknown as FastifyInstance;
   app.addHook("onClose", async () => {
     await kit.close();
     await store.close();
@@ -216,6 +223,21 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
   // The human pages.
   await app.register(async (pages) => {
     await pages.register(formbody, { bodyLimit: 4096 });
+    // A page's client mistakes (a form too large, in the wrong format) are pages too.
+    pages.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
+      const status = error.statusCode ?? 500;
+      if (status >= 400 && status < 500) {
+        return reply
+          .code(status)
+          .headers(PAGE_HEADERS)
+          .send(messagePage("This form could not be read", "Go back, reload the page and try again."));
+      }
+      request.log.error({ err: error }, "page failed");
+      return reply
+        .code(500)
+        .headers(PAGE_HEADERS)
+        .send(messagePage("Something went wrong", "Please try again in a moment."));
+    });
 
     pages.get("/", async (_request, reply) =>
       reply

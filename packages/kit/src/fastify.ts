@@ -3,7 +3,7 @@
  * instance is the one you pass in.
  */
 import { Readable } from "node:stream";
-import { ProtoError } from "@proto/protocol";
+import { ProtoError, refuseMissingHost, routerError, socketErrorResponder, type TransportError } from "@proto/protocol";
 import type {
   FastifyInstance,
   FastifyPluginAsync,
@@ -86,7 +86,8 @@ export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHa
   return async function protoRequireAgent(request, reply) {
     try {
       const kitRequest = toKitRequest(kit, request);
-      if (kitRequest.body === undefined && request.body !== undefined && request.body !== null) {
+      // An empty body is captured as empty: only a body that skipped the hook is a wiring mistake.
+      if (!rawBodies.has(request.raw) && request.body !== undefined && request.body !== null) {
         throw new Error("requireAgent: the raw body was not captured; add captureRawBody as a preParsing hook");
       }
       const route = options.route ?? `${request.method} ${request.routeOptions.url ?? request.url}`;
@@ -100,6 +101,31 @@ export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHa
 /** Route options for an agent-only route: `app.post("/notes", agentRoute(kit), handler)`. */
 export function agentRoute(kit: Kit, options: RequireAgentOptions = {}) {
   return { preParsing: captureRawBody, preHandler: requireAgent(kit, options) };
+}
+
+const transportEnvelope = ({ status, message }: TransportError) =>
+  new ProtoError("malformed_request", status, message).toEnvelope();
+
+/**
+ * Options for `Fastify({...})` so that what is refused before any route is known (oversized
+ * headers, broken framing, a duplicate Content-Length, a path that does not percent-decode, an
+ * over-long segment) is answered in the error envelope like everything else, not in Fastify's or
+ * node's own format. With `https`, put `requireHostHeader: false` in the https options too;
+ * `createService` then answers a request without Host itself.
+ */
+export function protoServerOptions() {
+  return {
+    http: { requireHostHeader: false },
+    clientErrorHandler: socketErrorResponder(transportEnvelope),
+    frameworkErrors: (error: Error & { code?: string }, request: FastifyRequest, reply: FastifyReply) => {
+      const refused = routerError(error.code);
+      if (refused === undefined) {
+        request.log.error({ code: error.code }, "proto kit: router failed");
+        return sendError(reply, kitError("internal_error"));
+      }
+      return sendError(reply, new ProtoError("malformed_request", refused.status, refused.message));
+    },
+  };
 }
 
 export interface CreateServiceOptions {
@@ -117,6 +143,11 @@ export interface CreateServiceOptions {
 export function createService(kit: Kit, options: CreateServiceOptions = {}): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app: FastifyInstance) => {
     if (!app.hasRequestDecorator("proto")) app.decorateRequest("proto", null);
+    // With `protoServerOptions()` node leaves a missing Host to the application: refused here, for
+    // every route of the application registered after the kit.
+    app.addHook("onRequest", async (request, reply) => {
+      if (refuseMissingHost(request.raw, reply.raw, transportEnvelope)) reply.hijack();
+    });
     await app.register(async (routes) => {
       // Kit routes read the exact bytes themselves, whatever the content type.
       routes.removeAllContentTypeParsers();

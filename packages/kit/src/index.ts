@@ -10,7 +10,14 @@ export {
 export type { KitErrorUse, KitSpecificErrorCode } from "./errors.js";
 export { KIT_ERRORS, KIT_SPECIFIC_ERRORS, kitError } from "./errors.js";
 export type { CreateServiceOptions, RequireAgentOptions } from "./fastify.js";
-export { agentRoute, captureRawBody, createService, requireAgent, toKitRequest } from "./fastify.js";
+export {
+  agentRoute,
+  captureRawBody,
+  createService,
+  protoServerOptions,
+  requireAgent,
+  toKitRequest,
+} from "./fastify.js";
 export type { KitRequest, KitResponse } from "./http.js";
 export { toFetchResponse } from "./http.js";
 export type {

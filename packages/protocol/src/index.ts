@@ -89,3 +89,5 @@ export {
   recipientsMatch,
 } from "./recipients.js";
 export { hasUnsafeUrlCharacter, sameOriginPath } from "./redirect.js";
+export type { TransportError } from "./transport-errors.js";
+export { parserError, refuseMissingHost, routerError, socketErrorResponder } from "./transport-errors.js";

@@ -1,0 +1,90 @@
+/**
+ * Client mistakes a Node HTTP server meets before any route is known: what its parser refuses
+ * (oversized headers, a duplicate Content-Length, broken framing), an HTTP/1.1 request without
+ * Host, and a router's refusals (a path that does not percent-decode, an over-long segment).
+ * Servers and the service kit answer them in the error envelope like every other non-2xx, each
+ * with its own code vocabulary: these functions say the status and the words, and write the
+ * answer where only a socket is left.
+ */
+import { type IncomingMessage, type ServerResponse, STATUS_CODES } from "node:http";
+import type { Socket } from "node:net";
+import type { ErrorEnvelope } from "./errors.js";
+
+export interface TransportError {
+  status: number;
+  message: string;
+}
+
+/** The status and message for an error code of node's HTTP parser (`clientError`). */
+export function parserError(code: string | undefined): TransportError {
+  switch (code) {
+    case "HPE_HEADER_OVERFLOW":
+      return { status: 431, message: "the request headers are too large" };
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return { status: 408, message: "the request took too long to arrive" };
+    case "HPE_UNEXPECTED_CONTENT_LENGTH":
+      return { status: 400, message: "the request has more than one Content-Length" };
+    default:
+      return { status: 400, message: "the request is not valid HTTP" };
+  }
+}
+
+/** The status and message for a router error code (Fastify's `frameworkErrors`), or undefined. */
+export function routerError(code: string | undefined): TransportError | undefined {
+  switch (code) {
+    case "FST_ERR_BAD_URL":
+      return { status: 400, message: "the path is not validly percent-encoded" };
+    case "FST_ERR_MAX_PARAM_LENGTH":
+      return { status: 414, message: "a path segment is too long" };
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * A `clientError` listener: the envelope `envelopeOf` makes, written on the raw socket, which then
+ * closes (the stream can no longer be trusted). The error's raw packet holds the request's
+ * headers, cookies and credentials included, so `log` is given only its code.
+ */
+export function socketErrorResponder(
+  envelopeOf: (error: TransportError) => ErrorEnvelope,
+  log?: (code: string | undefined, status: number) => void,
+): (error: Error & { code?: string }, socket: Socket) => void {
+  return (error, socket) => {
+    if (error.code === "ECONNRESET" || socket.destroyed) return;
+    const answer = parserError(error.code);
+    log?.(error.code, answer.status);
+    if (socket.writable) {
+      const body = JSON.stringify(envelopeOf(answer));
+      socket.write(
+        `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status]}\r\n` +
+          "Content-Type: application/json; charset=utf-8\r\n" +
+          `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+          `Connection: close\r\n\r\n${body}`,
+      );
+    }
+    socket.destroy();
+  };
+}
+
+/**
+ * Answers an HTTP/1.1 request without a Host header (RFC 9112 §3.2: 400) with the envelope and
+ * says true. Node's own check (`requireHostHeader`) answers with an empty body, so a server that
+ * uses this turns that off.
+ */
+export function refuseMissingHost(
+  request: IncomingMessage,
+  response: ServerResponse,
+  envelopeOf: (error: TransportError) => ErrorEnvelope,
+): boolean {
+  if (request.httpVersion !== "1.1" || request.headers.host !== undefined) return false;
+  const body = JSON.stringify(envelopeOf({ status: 400, message: "an HTTP/1.1 request needs a Host header" }));
+  response.shouldKeepAlive = false;
+  response.writeHead(400, {
+    "content-type": "application/json; charset=utf-8",
+    "content-length": Buffer.byteLength(body),
+    connection: "close",
+  });
+  response.end(body);
+  return true;
+}
