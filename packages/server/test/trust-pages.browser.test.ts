@@ -295,7 +295,7 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
           // Refused before any redirect logic: an error page of the attestor's own.
           assert.equal(opened?.status(), 400, name);
           assert.equal(new URL(tab.url()).origin, origin, name);
-          await tab.getByRole("heading", { name: "Something is not right" }).waitFor();
+          await tab.getByRole("heading", { name: "This address does not work" }).waitFor();
           continue;
         }
         await tab.getByLabel("E-mail address").fill(email);

@@ -4,6 +4,7 @@
  * same status; only a server failure is a 500.
  */
 import { ApiError } from "./errors.js";
+import { InputRuleError } from "./input-rules.js";
 
 export interface PageProblem {
   status: number;
@@ -25,6 +26,13 @@ export function clientProblem(error: AnyError): PageProblem | undefined {
   if (status < 400 || status >= 500) return undefined;
   if (error.code?.startsWith("FST_CSRF")) {
     return { status: 403, title: "This form has expired", message: "Go back, reload the page and try again." };
+  }
+  if (error instanceof InputRuleError) {
+    return {
+      status,
+      title: "This address does not work",
+      message: `It was changed or garbled on the way: ${error.message}. Start again from the page you came from.`,
+    };
   }
   if (error instanceof ApiError) return { status, title: "Something is not right", message: error.message };
   switch (status) {

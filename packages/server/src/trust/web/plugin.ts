@@ -45,7 +45,9 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     const problem = pageProblem(error, app.outageError);
     if (problem !== undefined) {
       if (problem.retryAfterSeconds !== undefined) reply.header("retry-after", String(problem.retryAfterSeconds));
-      return sendMessage(reply, problem.status, problem.title, problem.message);
+      // Every dead end offers a way on: the account page (or sign-in, for someone signed out).
+      const onward = html`<p><a class="button" href="/account">Go to your account</a></p>`;
+      return sendMessage(reply, problem.status, problem.title, problem.message, onward);
     }
     request.log.error({ err: error }, "page failed");
     return sendMessage(reply, 500, "Something went wrong", "Please try again in a moment.");
