@@ -54,10 +54,16 @@ const here = dirname(fileURLToPath(import.meta.url));
 
 // ---- memory ---------------------------------------------------------------------------------
 
-function rssMb(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN;
-  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
-  return Number(kb) / 1024;
+/**
+ * Resident memory, whole (`VmRSS`) and anonymous only (`RssAnon`: heaps and buffers). The rest is
+ * file pages, mostly SQLite's memory-mapped database, which grow with the data and are the page
+ * cache's to reclaim: a leak shows in the anonymous part.
+ */
+function memoryMb(pid: number | undefined): { rss: number; anon: number } {
+  if (pid === undefined) return { rss: Number.NaN, anon: Number.NaN };
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1]) / 1024;
+  return { rss: kb("VmRSS"), anon: kb("RssAnon") };
 }
 
 /** Least-squares slope of y over x. */
@@ -243,11 +249,11 @@ try {
 
   const began = Date.now();
   const deadline = began + MINUTES * 60_000;
-  const samples: { t: number; directory: number; trust: number }[] = [];
+  const samples: { t: number; directory: { rss: number; anon: number }; trust: { rss: number; anon: number } }[] = [];
   let requests = 0;
   const sampler = setInterval(() => {
     const t = (Date.now() - began) / 60_000;
-    samples.push({ t, directory: rssMb(directory?.process.pid), trust: rssMb(trust?.pid) });
+    samples.push({ t, directory: memoryMb(directory?.process.pid), trust: memoryMb(trust?.pid) });
   }, SAMPLE_SECONDS * 1000);
   let minute = 0;
   let lastRequests = 0;
@@ -255,7 +261,8 @@ try {
     minute += 1;
     const last = samples.at(-1);
     printLine(
-      `  minute ${minute}: RSS directory ${last?.directory.toFixed(1)} MB, attestor ${last?.trust.toFixed(1)} MB; ` +
+      `  minute ${minute}: RSS (anonymous) directory ${last?.directory.rss.toFixed(1)} (${last?.directory.anon.toFixed(1)}) MB, ` +
+        `attestor ${last?.trust.rss.toFixed(1)} (${last?.trust.anon.toFixed(1)}) MB; ` +
         `${requests - lastRequests} requests (${((requests - lastRequests) / 60).toFixed(0)}/s)`,
     );
     lastRequests = requests;
@@ -280,11 +287,14 @@ try {
   const tail = samples.filter((s) => s.t >= MINUTES - window);
   printLine(`RSS slope over the last ${window} min (${tail.length} samples, target < 1 MB/min):`);
   for (const server of ["directory", "trust"] as const) {
-    const perMinute = slope(tail.map((s) => ({ x: s.t, y: s[server] })));
     const name = server === "trust" ? "attestor" : server;
-    printLine(
-      `  ${name}: ${perMinute.toFixed(2)} MB/min (RSS ${tail[0]?.[server].toFixed(1)} -> ${tail.at(-1)?.[server].toFixed(1)} MB)`,
-    );
+    for (const part of ["rss", "anon"] as const) {
+      const perMinute = slope(tail.map((s) => ({ x: s.t, y: s[server][part] })));
+      printLine(
+        `  ${name} ${part === "rss" ? "RSS" : "anonymous"}: ${perMinute.toFixed(2)} MB/min ` +
+          `(${tail[0]?.[server][part].toFixed(1)} -> ${tail.at(-1)?.[server][part].toFixed(1)} MB)`,
+      );
+    }
   }
   printLine(`${requests} requests in ${MINUTES} min, by operation and status:`);
   for (const [key, n] of [...counts].sort(([a], [b]) => a.localeCompare(b))) printLine(`  ${key}: ${n}`);
