@@ -1,3 +1,5 @@
+import { FingerprintSet, PairHasher } from "./fingerprint-set.js";
+
 /**
  * Replay stores for `(keyid, nonce)` pairs. `seen` records a pair and answers whether it was
  * fresh: true the first time within the TTL, false on every repeat. `createdSeconds` is the
@@ -9,21 +11,33 @@ export interface NonceStore {
 }
 
 export interface MemoryNonceStoreOptions {
-  /** The most pairs kept; past it the oldest are dropped. Size it to peak rate x window. */
+  /**
+   * The most pairs kept; past it the pairs closest to expiry are dropped first. Size it to peak
+   * rate x window: each pair takes 12 to 24 bytes.
+   */
   maxEntries?: number;
   /** Milliseconds since the epoch; an injectable clock. */
   now?: () => number;
 }
 
+// Pairs are grouped by when they expire, one set per stretch of this length: a set is dropped
+// whole once its stretch has passed, so nothing is swept entry by entry.
+const STRETCH_MS = 60_000;
+// Emptied sets kept for reuse, so a steady load allocates nothing once it has run a window.
+const SPARE_SETS = 4;
+
 /**
- * An in-process store bounded in size. Entries expire by TTL; when full, the oldest insertion is
- * dropped first (with the profile's TTLs of at most a few minutes, oldest is nearly soonest to
- * expire). Only for a single process: several replicas need the Redis store.
+ * An in-process store bounded in size, with memory that levels off within one TTL window under a
+ * steady load. Pairs are kept as keyed 64-bit fingerprints (see PairHasher: a collision can only
+ * refuse, never admit). Only for a single process: several replicas need the Redis store.
  */
 export class MemoryNonceStore implements NonceStore {
-  readonly #entries = new Map<string, number>();
+  readonly #sets = new Map<number, FingerprintSet>();
+  readonly #spare: FingerprintSet[] = [];
+  readonly #hasher = new PairHasher();
   readonly #maxEntries: number;
   readonly #now: () => number;
+  #size = 0;
 
   constructor(options: MemoryNonceStoreOptions = {}) {
     this.#maxEntries = options.maxEntries ?? 1_000_000;
@@ -31,8 +45,9 @@ export class MemoryNonceStore implements NonceStore {
     if (!(this.#maxEntries >= 1)) throw new RangeError("maxEntries must be at least 1");
   }
 
+  /** Pairs held, including some that expired less than a stretch ago. */
   get size(): number {
-    return this.#entries.size;
+    return this.#size;
   }
 
   async seen(keyid: string, nonce: string, ttlSeconds: number): Promise<boolean> {
@@ -41,21 +56,43 @@ export class MemoryNonceStore implements NonceStore {
 
   seenSync(keyid: string, nonce: string, ttlSeconds: number): boolean {
     const now = this.#now();
-    const key = `${keyid}\n${nonce}`;
-    const expiry = this.#entries.get(key);
-    if (expiry !== undefined && expiry > now) return false;
-    if (expiry !== undefined) this.#entries.delete(key);
-    this.#sweep(now);
-    this.#entries.set(key, now + Math.max(1, ttlSeconds) * 1000);
+    this.#dropExpired(now);
+    const hasher = this.#hasher;
+    hasher.hash(keyid, nonce);
+    for (const set of this.#sets.values()) {
+      if (set.expiryOf(hasher.high, hasher.low) > now) return false;
+    }
+    const expiry = now + Math.max(1, ttlSeconds) * 1000;
+    const stretch = Math.floor(expiry / STRETCH_MS);
+    // Room first, so the pair just recorded is never the one dropped.
+    while (this.#size >= this.#maxEntries) this.#dropSoonest();
+    let set = this.#sets.get(stretch);
+    if (set === undefined) {
+      set = this.#spare.pop() ?? new FingerprintSet();
+      set.reset(stretch * STRETCH_MS);
+      this.#sets.set(stretch, set);
+    }
+    if (set.put(hasher.high, hasher.low, expiry)) this.#size += 1;
     return true;
   }
 
-  #sweep(now: number): void {
-    // Insertion order is close to expiry order, so expired entries gather at the front.
-    for (const [key, expiry] of this.#entries) {
-      if (expiry > now && this.#entries.size < this.#maxEntries) break;
-      this.#entries.delete(key);
+  #dropExpired(now: number): void {
+    for (const [stretch, set] of this.#sets) {
+      if ((stretch + 1) * STRETCH_MS <= now) this.#release(stretch, set);
     }
+  }
+
+  #dropSoonest(): void {
+    let soonest = Number.POSITIVE_INFINITY;
+    for (const stretch of this.#sets.keys()) soonest = Math.min(soonest, stretch);
+    const set = this.#sets.get(soonest);
+    if (set !== undefined) this.#release(soonest, set);
+  }
+
+  #release(stretch: number, set: FingerprintSet): void {
+    this.#sets.delete(stretch);
+    this.#size -= set.count;
+    if (this.#spare.length < SPARE_SETS) this.#spare.push(set);
   }
 }
 

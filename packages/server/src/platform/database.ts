@@ -33,7 +33,27 @@ export interface OpenDatabaseOptions {
   lockWaitMs?: number;
   /** Told about errors of pooled connections that no query was waiting on (logged, never fatal). */
   onConnectionError?: (error: Error) => void;
+  /** How a SQLite file is read (default: the directory's, for large read-mostly stores). */
+  sqliteReads?: SqliteReads;
 }
+
+/**
+ * SQLite's page caches (writer, and the reader of `syncReader`) and whether reads map the file.
+ * Mapped pages count in the process's resident memory as long as the OS keeps them, so a store
+ * that grows while it runs (the attestor's link requests) makes RSS grow with it; unmapped, the
+ * same pages sit in the OS page cache instead, and resident memory stays at the caches' bounds.
+ */
+export interface SqliteReads {
+  writerCacheMiB: number;
+  readerCacheMiB: number;
+  mmap: boolean;
+}
+
+/**
+ * The directory: point reads of a large, read-mostly store walk two B-trees, and at a hundred
+ * thousand listings and more copying those pages through read(2) was most of their cost.
+ */
+export const LARGE_READ_MOSTLY: SqliteReads = { writerCacheMiB: 64, readerCacheMiB: 16, mmap: true };
 
 /** Longest wait for a new PostgreSQL connection: a down server answers 503 quickly, not after a hang. */
 const PG_CONNECT_TIMEOUT_MS = 2_000;
@@ -84,6 +104,7 @@ function registerSqliteFunctions(raw: BetterSqlite3.Database): void {
 function openSqlite(
   path: string,
   lockWaitMs: number,
+  reads: SqliteReads,
 ): { dialect: LockWaitingSqliteDialect; raw: BetterSqlite3.Database } {
   const memory = path === ":memory:";
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
@@ -95,11 +116,9 @@ function openSqlite(
   // No synchronous busy wait on the only thread: the dialect waits for the lock asynchronously.
   raw.pragma("busy_timeout = 0");
   raw.pragma("foreign_keys = ON");
-  // Reads map the file instead of copying every page through read(2), and keep 64 MiB of pages
-  // (the default is 2 MiB): a point read walks two B-trees, and at a hundred thousand listings and
-  // more those page copies were most of its cost. Sorts of search candidates stay in memory.
-  if (!memory) raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
-  raw.pragma("cache_size = -65536");
+  if (!memory && reads.mmap) raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
+  raw.pragma(`cache_size = -${reads.writerCacheMiB * 1024}`);
+  // Sorts of search candidates stay in memory.
   raw.pragma("temp_store = MEMORY");
   registerSqliteFunctions(raw);
   return { dialect: new LockWaitingSqliteDialect(cachingSqlite(raw), lockWaitMs), raw };
@@ -163,12 +182,15 @@ export function changeCounter(db: object): (() => number) | undefined {
   return changeCounters.get(db);
 }
 
-function openSqliteReader(path: string): { read: SyncReader; dataVersion(): number; close(): void } {
+function openSqliteReader(
+  path: string,
+  reads: SqliteReads,
+): { read: SyncReader; dataVersion(): number; close(): void } {
   const raw = new BetterSqlite3(resolve(path), { readonly: true, fileMustExist: true });
   // WAL readers meet a lock only in recovery; never wait long for it on the only thread.
   raw.pragma("busy_timeout = 50");
-  raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
-  raw.pragma("cache_size = -16384");
+  if (reads.mmap) raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
+  raw.pragma(`cache_size = -${reads.readerCacheMiB * 1024}`);
   registerSqliteFunctions(raw);
   const statements = new Map<string, BetterSqlite3.Statement>();
   const dataVersion = raw.prepare("pragma data_version").pluck();
@@ -189,9 +211,10 @@ function openSqliteReader(path: string): { read: SyncReader; dataVersion(): numb
 
 export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions): Promise<Database<DB>> {
   const engine = engineOf(url);
+  const reads = options.sqliteReads ?? LARGE_READ_MOSTLY;
   const opened =
     engine === "sqlite"
-      ? openSqlite(url.slice("sqlite:".length), options.lockWaitMs ?? 1_500)
+      ? openSqlite(url.slice("sqlite:".length), options.lockWaitMs ?? 1_500, reads)
       : openPostgres(url, options.poolSize ?? 10, options.onConnectionError ?? (() => undefined));
   const db = new Kysely<DB>({ dialect: opened.dialect });
   const migrations = options.migrations(engine);
@@ -207,7 +230,7 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
     throw error instanceof Error ? error : new Error(String(error));
   }
   const path = url.slice("sqlite:".length);
-  const reader = engine === "sqlite" && path !== ":memory:" ? openSqliteReader(path) : undefined;
+  const reader = engine === "sqlite" && path !== ":memory:" ? openSqliteReader(path, reads) : undefined;
   if (reader !== undefined) {
     syncReaders.set(db, reader.read);
     changeCounters.set(db, reader.dataVersion);

@@ -64,6 +64,9 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     migrations: trustMigrations,
     migrationTable: "trust_migrations",
     onConnectionError: (error) => parts.dependencies.failed("database", error),
+    // Hot reads are a few bindings and keys; what grows is link requests, written once and rarely
+    // read again. Unmapped, they do not pile up in resident memory.
+    sqliteReads: { writerCacheMiB: 16, readerCacheMiB: 8, mmap: false },
   });
   await parts.redisReady();
   const keys = new KeyRing({
