@@ -208,11 +208,12 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
     const signup = await client.fetch(discovery.document.endpoints.accounts, { method: "POST" });
     // 201, not 200: the refused attempts above left no account behind.
     assert.equal(signup.status, 201);
-    const { account } = await json(signup);
-    assert.equal(account.did, agent.did);
+    const account = await json(signup);
+    assert.equal(account.agent_did, agent.did);
     assert.equal(account.state, "UNCLAIMED");
-    assert.equal(account.attested.issuer, "proto-trust");
-    assert.equal(account.attested.verification, "email");
+    const record = await notes.kit.store.findAccountByDid(agent.did);
+    assert.equal(record?.attestedIssuer, "proto-trust");
+    assert.equal(record?.attestedVerification, "email");
   });
 
   test("the agent writes a note and reads it back; a note longer than 2,000 characters is refused", async () => {
@@ -262,10 +263,13 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
     assert.equal(errorCode(await json(byEmail)), "unsupported_recipient_type");
 
     const staged = await invite({ type: "oidc", value: { issuer: trustUrl, sub: subH } });
-    assert.equal(staged.status, 201);
-    const { invitation, account } = await json(staged);
-    assert.deepEqual(invitation.recipient, { type: "oidc", value: { issuer: "proto-trust", sub: subH } });
-    assert.equal(account.state, "INVITED");
+    assert.equal(staged.status, 202);
+    const invitation = await json(staged);
+    assert.equal(invitation.state, "INVITED");
+    const pending = (await notes.kit.store.findAccountByDid(agent.did))?.invitation;
+    assert.deepEqual(pending?.recipient, { type: "oidc", value: { issuer: "proto-trust", sub: subH } });
+    assert.equal(pending?.id, invitation.invitation_id);
+    // An oidc recipient proves itself by signing in, so the agent may carry the link to its human.
     claimUrl = invitation.claim_url;
     assert.ok(claimUrl.startsWith(`${publicUrl}/proto/claim?token=`), claimUrl);
   });
@@ -325,9 +329,9 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       claimed = true;
 
       const me = await client.fetch(`${discovery.document.endpoints.accounts}/me`);
-      const { account } = await json(me);
+      const account = await json(me);
       assert.equal(account.state, "CLAIMED");
-      assert.deepEqual(account.owner.recipient, { type: "oidc", value: { issuer: "proto-trust", sub: subH } });
+      assert.deepEqual(account.owner.identity, { type: "oidc", value: { issuer: "proto-trust", sub: subH } });
     });
 
     test("reads the agent's note on the owner page, as text, and signs out", async () => {

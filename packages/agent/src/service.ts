@@ -7,6 +7,7 @@ import {
   checkAgentCompatibility,
   type DiscoveryDocument,
   didWebMatchesHost,
+  findProtoChallenge,
   parseErrorEnvelope,
   validateDiscoveryDocument,
 } from "@proto/protocol";
@@ -204,7 +205,7 @@ export class ServiceClient {
     const attested = this.discovery.attestedOnly;
     const response = await exchange(attested);
     if (!attested && this.#retry && this.attestor !== undefined && response.status === 401) {
-      if (envelopeCode(response) === "attestation_required") return { response: await exchange(true), attested: true };
+      if (refusalCode(response) === "attestation_required") return { response: await exchange(true), attested: true };
     }
     return { response, attested };
   }
@@ -218,6 +219,14 @@ export class ServiceClient {
     }
     return this.attestor;
   }
+}
+
+/**
+ * Why a service refused: the `Proto` challenge's `error` when the service sent one (upstream §5.7,
+ * found among any other schemes' challenges), else the error envelope's code.
+ */
+function refusalCode(response: HttpResponse): string | undefined {
+  return findProtoChallenge(response.headers.get("www-authenticate"))?.error ?? envelopeCode(response);
 }
 
 function envelopeCode(response: HttpResponse): string | undefined {

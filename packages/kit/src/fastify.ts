@@ -3,7 +3,14 @@
  * instance is the one you pass in.
  */
 import { Readable } from "node:stream";
-import { ProtoError, refuseMissingHost, routerError, socketErrorResponder, type TransportError } from "@proto/protocol";
+import {
+  attemptedProtocol,
+  ProtoError,
+  refuseMissingHost,
+  routerError,
+  socketErrorResponder,
+  type TransportError,
+} from "@proto/protocol";
 import type {
   FastifyInstance,
   FastifyPluginAsync,
@@ -75,6 +82,11 @@ export const captureRawBody: preParsingAsyncHookHandler = async (request, _reply
 export interface RequireAgentOptions {
   /** The rate-limit bucket (default `METHOD /route/pattern`). */
   route?: string;
+  /**
+   * Optional authentication (upstream §5.8): a request without a signature or an attestation goes
+   * through anonymously (`request.proto` null); one that tries the protocol must pass it (401).
+   */
+  optional?: boolean;
 }
 
 /**
@@ -84,6 +96,8 @@ export interface RequireAgentOptions {
  */
 export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHandlerAsyncHookHandler {
   return async function protoRequireAgent(request, reply) {
+    const headers = toHeaders(request.headers as Record<string, string | string[] | undefined>);
+    if (options.optional === true && !attemptedProtocol(headers)) return;
     try {
       const kitRequest = toKitRequest(kit, request);
       // An empty body is captured as empty: only a body that skipped the hook is a wiring mistake.
@@ -93,7 +107,7 @@ export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHa
       const route = options.route ?? `${request.method} ${request.routeOptions.url ?? request.url}`;
       request.proto = await kit.authenticateRequest(kitRequest, route);
     } catch (error) {
-      return sendError(reply, error, (e) => request.log.error({ err: e }, "proto kit: unexpected error"));
+      return send(reply, kit.errorResponse(error, { headers }));
     }
   };
 }

@@ -35,7 +35,6 @@ export {
   DEFAULT_OWNER_FRESHNESS_SECONDS,
   DEFAULT_OWNER_PATH,
   DEFAULT_OWNER_SESSION_TTL_SECONDS,
-  errorToResponse,
   Kit,
 } from "./kit.js";
 export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";

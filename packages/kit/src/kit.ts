@@ -1,24 +1,20 @@
 import {
-  ATTESTATION_HEADER,
+  appendChallenge,
+  attemptedProtocol,
   createRequestVerifier,
   type DiscoveryDocument,
   type FetchFunction,
-  invitationNotFound,
-  isDidKey,
+  formatProtoChallenge,
   MemoryNonceStore,
   type NonceStore,
-  ownerAuthenticationRequired,
-  protoError,
+  type ProtoError,
   type RawRequest,
-  type Recipient,
-  type RequestVerifier,
-  rateLimitExceeded,
-  recipientKey,
-  sameOriginPath,
-  type UnclaimedMode,
-  type VerifiedRequest,
 } from "@proto/protocol";
-import { type AttestorConfig, AttestorRegistry, type KitAttestation } from "./attestors.js";
+import { introspectionHandler, keyRotationHandler, signupHandler } from "./accounts.js";
+import { AgentAuthenticator, RATE_WINDOW_SECONDS } from "./agent-auth.js";
+import { type AttestorConfig, AttestorRegistry } from "./attestors.js";
+import { claimCompletionHandler, claimPageHandler } from "./claim.js";
+import type { AgentContext, Handler, InvitationEvent, KitCore, ResolvedOptions } from "./core.js";
 import { buildDiscoveryDocument, type DiscoveryInput } from "./discovery.js";
 import { asProtoError, kitError } from "./errors.js";
 import {
@@ -28,26 +24,33 @@ import {
   jsonResponse,
   type KitRequest,
   type KitResponse,
-  redirectResponse,
   toFetchResponse,
   toHeaders,
 } from "./http.js";
-import { claimedPage, claimPage, errorPage } from "./pages.js";
+import { invitationHandler } from "./invitation.js";
+import {
+  ownedAccountsHandler,
+  ownerRekeyHandler,
+  ownerRevokeHandler,
+  signInCallbackHandler,
+  signInStartHandler,
+  signOutHandler,
+} from "./owner.js";
+import { errorPage } from "./pages.js";
 import { MemoryRateLimiter, type RateLimiter, StoreRateLimiter } from "./rate-limit.js";
-import { type AccountResource, accountExpiresAt, toAccountResource } from "./resource.js";
-import { identityKeys, type NewOwnerSession, type OwnerSession, OwnerSessions } from "./sessions.js";
+import { type AccountResource, toAccountResource } from "./resource.js";
+import { type NewOwnerSession, type OwnerSession, OwnerSessions } from "./sessions.js";
 import { AttestorSignIn } from "./signin.js";
 import { openKitStore } from "./store/kysely-store.js";
-import type { AccountRecord, AttestationUpdate, KitStore, PersonRecord } from "./store/types.js";
-import { hashToken, isoTime, randomToken, safeEqual } from "./util.js";
+import type { AccountRecord, KitStore } from "./store/types.js";
+
+export type { AgentContext, InvitationEvent } from "./core.js";
 
 export const DEFAULT_OWNER_PATH = "/proto/owner";
 export const DEFAULT_INVITATION_TTL_SECONDS = 7 * 86400;
 export const DEFAULT_OWNER_FRESHNESS_SECONDS = 300;
 export const DEFAULT_OWNER_SESSION_TTL_SECONDS = 86400;
 export const DEFAULT_EXTENDED_SESSION_SECONDS = 3600;
-const RATE_WINDOW_SECONDS = 3600;
-const MAX_CLAIM_TOKEN_LENGTH = 256;
 
 /** Attested sessions (feature `attested_session`): how long one presented attestation keeps an unclaimed account usable. */
 export type AttestedSessionOptions =
@@ -93,33 +96,15 @@ export interface KitOptions {
   now?: () => number;
   /** The fetch key sets and the attestor's OpenID provider are reached with. */
   fetch?: FetchFunction;
+  /**
+   * Origins (`https://app.example.com`) an owner invitation's `redirect_url` may point to, besides
+   * the kit's own origin; any other is 400 `malformed_request` (upstream §7.2).
+   */
+  redirectOrigins?: string[];
   /** Called after an owner invitation is staged: deliver the claim link to the recipient if you wish. */
   onInvitation?: (event: InvitationEvent) => void | Promise<void>;
   /** Unexpected errors (answered 500 `internal_error`). Default: `console.error`. */
   onError?: (error: unknown) => void;
-}
-
-export interface InvitationEvent {
-  account: AccountResource;
-  recipient: Recipient;
-  claimUrl: string;
-  token: string;
-  expiresAt: string;
-}
-
-/** What a verified agent request carries. */
-export interface AgentContext {
-  did: string;
-  account: AccountResource;
-  record: AccountRecord;
-  /** True when this request created the account (implicit or explicit signup). */
-  created: boolean;
-  attestation: KitAttestation | undefined;
-  signature: VerifiedRequest;
-  /** The verified body bytes (undefined without a body). */
-  body: Uint8Array | undefined;
-  /** The body as a JSON object; throws `malformed_request`. */
-  json(): Record<string, unknown>;
 }
 
 export interface AuthenticateOptions {
@@ -134,48 +119,13 @@ export interface KitRoute {
   path: string;
 }
 
-type Handler = (request: KitRequest) => Promise<KitResponse>;
-
-interface ResolvedOptions {
-  implicitSignup: boolean;
-  mode: UnclaimedMode;
-  attestedSession: { mode: "strict" | "extended"; seconds: number } | undefined;
-  invitationTtlSeconds: number;
-  freshnessSeconds: number;
-  unclaimedLimit: number | undefined;
-  claimedLimit: number | undefined;
-  ttlSeconds: number | undefined;
-  recipientTypes: readonly string[];
-  maxBodyBytes: number;
-}
-
-function parseJsonObject(body: Uint8Array | undefined): Record<string, unknown> {
-  if (body === undefined || body.byteLength === 0)
-    throw protoError("malformed_request", { message: "a JSON body is required" });
-  let value: unknown;
-  try {
-    value = JSON.parse(Buffer.from(body).toString("utf8"));
-  } catch {
-    throw protoError("malformed_request", { message: "body is not valid JSON" });
+/** An allow-list entry: an http(s) origin, exactly. */
+function allowedOrigin(value: string): string {
+  const url = new URL(value);
+  if ((url.protocol !== "https:" && url.protocol !== "http:") || url.origin !== value.replace(/\/$/, "")) {
+    throw new Error(`redirectOrigins: ${value} is not an origin (https://host[:port])`);
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw protoError("malformed_request", { message: "body must be a JSON object" });
-  }
-  return value as Record<string, unknown>;
-}
-
-function isJson(headers: Headers): boolean {
-  return /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(headers.get("content-type") ?? "");
-}
-
-function isForm(headers: Headers): boolean {
-  return /^application\/x-www-form-urlencoded\s*(;|$)/i.test(headers.get("content-type") ?? "");
-}
-
-function requireDidKey(value: unknown, field: string): string {
-  if (typeof value !== "string") throw protoError("malformed_request", { message: `${field} is required` });
-  if (!isDidKey(value)) throw protoError("malformed_request", { message: `${field} must be an Ed25519 did:key` });
-  return value;
+  return url.origin;
 }
 
 function checkRange(name: string, value: number, min: number, max: number): number {
@@ -186,9 +136,11 @@ function checkRange(name: string, value: number, min: number, max: number): numb
 }
 
 /**
- * The framework-agnostic core of the kit: request verification, the account lifecycle, owner
- * invitations and claims, sign-in with the attestor, and the discovery document. Create it with
- * `createKit`; mount it with `createService` (Fastify) or `kit.handle` (Fetch API).
+ * The framework-agnostic core of the kit: it resolves the options, owns the parts (store, verifier,
+ * sessions, sign-in) and routes requests to the endpoint modules, one per upstream section:
+ * `agent-auth` (§5, §6.3, §10.7), `accounts` (§6.4, §6.5, §8.1), `invitation` (§7.2-7.3), `claim`
+ * (§7.4) and `owner` (§7.5, §8.2, §8.4). Create it with `createKit`; mount it with `createService`
+ * (Fastify) or `kit.handle` (Fetch API).
  */
 export class Kit {
   readonly discovery: DiscoveryDocument;
@@ -200,15 +152,13 @@ export class Kit {
   readonly attestors: AttestorRegistry;
   readonly sessions: OwnerSessions;
   readonly signIn: AttestorSignIn;
-  readonly #verifier: RequestVerifier;
-  readonly #limiter: RateLimiter;
+  readonly #authenticator: AgentAuthenticator;
+  readonly #core: KitCore;
   readonly #now: () => number;
   readonly #options: ResolvedOptions;
-  readonly #onInvitation: KitOptions["onInvitation"];
   readonly #onError: (error: unknown) => void;
   readonly #ownsStore: boolean;
   readonly #routes = new Map<string, Handler>();
-  readonly #claimPagePath: string | undefined;
   readonly #timer: NodeJS.Timeout;
 
   /** @internal use `createKit`. */
@@ -269,8 +219,9 @@ export class Kit {
       ttlSeconds: discovery.limits?.unclaimed_ttl_seconds,
       recipientTypes: discovery.recipient_types ?? ["email"],
       maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
+      redirectOrigins: [this.origin, ...(options.redirectOrigins ?? []).map((origin) => allowedOrigin(origin))],
     };
-    this.#verifier = createRequestVerifier({
+    const verifier = createRequestVerifier({
       nonceStore: options.nonceStore ?? new MemoryNonceStore({ now: this.#now }),
       now: this.#now,
       isRevoked: (did) => this.store.isRevoked(did),
@@ -278,10 +229,17 @@ export class Kit {
       ...(options.skewSeconds === undefined ? {} : { skewSeconds: options.skewSeconds }),
     });
     const limiter = options.rateLimiter ?? "store";
-    this.#limiter =
-      limiter === "store" ? new StoreRateLimiter(store) : limiter === "memory" ? new MemoryRateLimiter() : limiter;
-    this.#onInvitation = options.onInvitation;
-    this.#onError = options.onError ?? ((error) => console.error("proto kit:", error));
+    this.#authenticator = new AgentAuthenticator({
+      verifier,
+      attestors: this.attestors,
+      store,
+      limiter:
+        limiter === "store" ? new StoreRateLimiter(store) : limiter === "memory" ? new MemoryRateLimiter() : limiter,
+      options: this.#options,
+      now: this.#now,
+    });
+    const onError = options.onError ?? ((error: unknown) => console.error("proto kit:", error));
+    this.#onError = onError;
     this.ownerPath = (options.ownerPath ?? DEFAULT_OWNER_PATH).replace(/\/+$/, "");
     if (!this.ownerPath.startsWith("/")) throw new Error("ownerPath must start with /");
     const secure = publicUrl.protocol === "https:";
@@ -303,8 +261,24 @@ export class Kit {
       now: this.#now,
       fetch: options.fetch,
     });
-    const claimPage = new URL(discovery.endpoints.claim_page);
-    this.#claimPagePath = claimPage.origin === this.origin ? claimPage.pathname : undefined;
+    this.#core = {
+      discovery,
+      origin: this.origin,
+      ownerPath: this.ownerPath,
+      store,
+      attestors: this.attestors,
+      sessions: this.sessions,
+      signIn: this.signIn,
+      options: this.#options,
+      now: this.#now,
+      onError,
+      onInvitation: options.onInvitation,
+      authenticate: (request, route, explicitSignup) =>
+        this.#authenticator.authenticate(request, route, explicitSignup),
+      accountResource: (record) => this.accountResource(record),
+      errorResponse: (error, request) => this.errorResponse(error, request),
+      errorPage: (error, request) => this.#errorPage(error, request),
+    };
     this.#mountRoutes();
     this.#timer = setInterval(() => {
       this.purgeExpired().catch((error: unknown) => this.#onError(error));
@@ -335,7 +309,7 @@ export class Kit {
   /**
    * Verifies an agent request and resolves its account: the framework-agnostic middleware.
    * Accepts a Fetch `Request` (its body is read from a clone) or a raw request with the absolute
-   * public URL and the exact body bytes. Throws a `ProtoError` (answer it with `errorToResponse`).
+   * public URL and the exact body bytes. Throws a `ProtoError` (answer it with `kit.errorToResponse(error, request)`).
    */
   async authenticate(request: Request | RawRequest, options: AuthenticateOptions = {}): Promise<AgentContext> {
     let kitRequest: KitRequest;
@@ -356,121 +330,7 @@ export class Kit {
 
   /** `authenticate` over the kit's own request shape (what adapters call). */
   async authenticateRequest(request: KitRequest, route: string, explicitSignup = false): Promise<AgentContext> {
-    const signature = await this.#verifier.verify({
-      method: request.method,
-      url: request.url.href,
-      headers: request.headers,
-      body: request.body,
-    });
-    const did = signature.keyid;
-    const jwt = request.headers.get(ATTESTATION_HEADER);
-    const attestation = jwt === null ? undefined : await this.attestors.verify(jwt, did);
-    const now = this.#now();
-    const options = this.#options;
-    let record = await this.store.findAccountByDid(did);
-    let created = false;
-    if (record === undefined) {
-      if (options.mode === "denied" || (!explicitSignup && !options.implicitSignup)) {
-        throw protoError("unknown_account", {
-          message:
-            options.mode === "denied"
-              ? "this service does not accept unclaimed signups"
-              : "no account for this DID; sign up first",
-        });
-      }
-      // attested_only: refused before any state change (no account, no person, no counter).
-      if (options.mode === "attested_only" && (attestation === undefined || attestation.subH === undefined)) {
-        throw protoError("attestation_required", {
-          message:
-            attestation === undefined
-              ? "signup needs a Proto-Attestation from an accepted attestor"
-              : "the attestation asserts no verified human",
-        });
-      }
-      await this.#rateLimit(route, did, options.unclaimedLimit, now);
-      const person =
-        attestation?.subH === undefined
-          ? undefined
-          : await this.store.upsertPerson(attestation.canonicalIssuer, attestation.subH, now);
-      ({ account: record, created } = await this.store.createAccount({
-        did,
-        now,
-        personId: person?.id,
-        attestation: attestation === undefined ? undefined : this.#attestationUpdate(attestation, now),
-      }));
-    } else {
-      const expiresAt = accountExpiresAt(record, options.ttlSeconds);
-      if (expiresAt !== undefined && now >= expiresAt) {
-        throw protoError("account_expired", { message: "this unclaimed account expired" });
-      }
-      const claimed = record.claimedAt !== undefined;
-      await this.#rateLimit(route, did, claimed ? options.claimedLimit : options.unclaimedLimit, now);
-      if (attestation !== undefined) {
-        record = await this.#renewAttestation(record, attestation, now);
-      } else if (this.#sessionEnforced(record) && !(record.attestedUntil !== undefined && record.attestedUntil > now)) {
-        throw protoError("attestation_required", {
-          message: "the attested session lapsed; present a fresh Proto-Attestation",
-        });
-      }
-    }
-    const account = toAccountResource(record, now, options.ttlSeconds);
-    const body = signature.body;
-    return {
-      did,
-      account,
-      record,
-      created,
-      attestation,
-      signature,
-      body,
-      json: () => parseJsonObject(body),
-    };
-  }
-
-  #sessionEnforced(record: AccountRecord): boolean {
-    return (
-      this.#options.attestedSession !== undefined &&
-      this.#options.mode === "attested_only" &&
-      record.claimedAt === undefined
-    );
-  }
-
-  #attestationUpdate(attestation: KitAttestation, now: number): AttestationUpdate {
-    const exp = attestation.expiresAt * 1000;
-    const session = this.#options.attestedSession;
-    const until = session?.mode === "extended" ? Math.max(exp, now + session.seconds * 1000) : exp;
-    return { issuer: attestation.canonicalIssuer, verification: attestation.verification, at: now, until };
-  }
-
-  async #renewAttestation(record: AccountRecord, attestation: KitAttestation, now: number): Promise<AccountRecord> {
-    const update = this.#attestationUpdate(attestation, now);
-    const extended = this.#options.attestedSession?.mode === "extended";
-    const needsPerson = record.personId === undefined && attestation.subH !== undefined;
-    const previous = record.attestedUntil ?? 0;
-    // One write per new attestation (strict), at most one a minute while re-presenting (extended).
-    if (!needsPerson && update.until <= previous + (extended ? 60_000 : 0)) return record;
-    const person =
-      needsPerson && attestation.subH !== undefined
-        ? await this.store.upsertPerson(attestation.canonicalIssuer, attestation.subH, now)
-        : undefined;
-    const until = Math.max(update.until, previous);
-    await this.store.recordAttestation(record.id, person?.id, { ...update, until });
-    return {
-      ...record,
-      personId: record.personId ?? person?.id,
-      attestedIssuer: update.issuer,
-      attestedVerification: update.verification,
-      attestedAt: update.at,
-      attestedUntil: until,
-    };
-  }
-
-  async #rateLimit(route: string, did: string, limit: number | undefined, now: number): Promise<void> {
-    if (limit === undefined) return;
-    const decision = await this.#limiter.hit(`${route}\n${did}`, limit, RATE_WINDOW_SECONDS, now);
-    if (!decision.allowed) {
-      throw rateLimitExceeded(decision.retryAfterSeconds, `at most ${limit} requests an hour on this route`);
-    }
+    return this.#authenticator.authenticate(request, route, explicitSignup);
   }
 
   // ---------------------------------------------------------------- owner sessions
@@ -506,31 +366,68 @@ export class Kit {
    * not for one of them (let your framework continue).
    */
   async handle(request: Request): Promise<Response | undefined> {
-    const method = request.method.toUpperCase();
     const { pathname } = new URL(request.url);
-    const handler = this.#routes.get(`${method === "HEAD" ? "GET" : method} ${pathname}`);
+    const handler = this.#route(request.method.toUpperCase(), pathname);
     if (handler === undefined) return undefined;
     let kitRequest: KitRequest;
     try {
       kitRequest = await fromFetchRequest(request, this.origin, this.#options.maxBodyBytes);
     } catch (error) {
-      return toFetchResponse(this.#errorResponse(error));
+      return toFetchResponse(this.errorResponse(error, request));
     }
     return toFetchResponse(await this.dispatch(kitRequest));
   }
 
   /** Runs the kit route for a request in the kit's own shape; 404 `not_found` when there is none. */
   async dispatch(request: KitRequest): Promise<KitResponse> {
-    const method = request.method === "HEAD" ? "GET" : request.method;
-    const handler = this.#routes.get(`${method} ${request.url.pathname}`);
+    const handler = this.#route(request.method, request.url.pathname);
     if (handler === undefined) return errorResponse(kitError("not_found"));
     return handler(request);
   }
 
-  #errorResponse(error: unknown): KitResponse {
+  /** The handler of a path: exact, or a route whose last segment is the `:token` parameter. */
+  #route(method: string, pathname: string): Handler | undefined {
+    const verb = method === "HEAD" ? "GET" : method;
+    const exact = this.#routes.get(`${verb} ${pathname}`);
+    if (exact !== undefined) return exact;
+    const slash = pathname.lastIndexOf("/");
+    if (slash <= 0 || slash === pathname.length - 1) return undefined;
+    return this.#routes.get(`${verb} ${pathname.slice(0, slash)}/:token`);
+  }
+
+  /**
+   * The error envelope for anything thrown (unexpected errors become 500 `internal_error` and are
+   * reported), with the `Proto` challenge on a 401 (upstream §5.7): pass the request so that the
+   * challenge names the error only when the request attempted the protocol.
+   */
+  errorResponse(error: unknown, request?: { headers: Headers }): KitResponse {
     const { error: protoErr, unexpected } = asProtoError(error);
     if (unexpected) this.#onError(error);
-    return errorResponse(protoErr);
+    return this.#challenged(errorResponse(protoErr), protoErr, request);
+  }
+
+  /** `errorResponse` as a Fetch `Response`. */
+  errorToResponse(error: unknown, request?: { headers: Headers }): Response {
+    return toFetchResponse(this.errorResponse(error, request));
+  }
+
+  #challenged(response: KitResponse, error: ProtoError, request: { headers: Headers } | undefined): KitResponse {
+    if (response.status !== 401) return response;
+    const attempted = request !== undefined && attemptedProtocol(request.headers);
+    const challenge = formatProtoChallenge({
+      discovery: `${this.origin}/.well-known/proto`,
+      realm: this.serviceDid,
+      ...(attempted ? { error: error.code } : {}),
+      ...(error.code === "attestation_required" || error.code === "invalid_attestation"
+        ? { attestors: this.discovery.billing?.accepted_attestors ?? [] }
+        : {}),
+      ...(error.code === "owner_authentication_required"
+        ? { ownerLogin: `${this.origin}${this.ownerPath}/signin` }
+        : {}),
+    });
+    const headers = { ...response.headers };
+    headers["www-authenticate"] = appendChallenge(headers["www-authenticate"], challenge);
+    return { ...response, headers };
   }
 
   #json(handler: Handler): Handler {
@@ -538,7 +435,7 @@ export class Kit {
       try {
         return await handler(request);
       } catch (error) {
-        return this.#errorResponse(error);
+        return this.errorResponse(error, request);
       }
     };
   }
@@ -548,14 +445,19 @@ export class Kit {
       try {
         return await handler(request);
       } catch (error) {
-        const { error: protoErr, unexpected } = asProtoError(error);
-        if (unexpected) this.#onError(error);
-        return errorPage(protoErr.status, protoErr.code, protoErr.message, title);
+        return this.#errorPage(error, request, title);
       }
     };
   }
 
+  #errorPage(error: unknown, request: KitRequest, title?: string): KitResponse {
+    const { error: protoErr, unexpected } = asProtoError(error);
+    if (unexpected) this.#onError(error);
+    return this.#challenged(errorPage(protoErr.status, protoErr.code, protoErr.message, title), protoErr, request);
+  }
+
   #mountRoutes(): void {
+    const core = this.#core;
     const endpoints = this.discovery.endpoints;
     const add = (method: "GET" | "POST", path: string, handler: Handler) => {
       const key = `${method} ${path}`;
@@ -568,389 +470,21 @@ export class Kit {
         "access-control-allow-origin": "*",
       }),
     );
-    add(
-      "POST",
-      endpoints.accounts,
-      this.#json((r) => this.#signup(r)),
-    );
-    add(
-      "GET",
-      `${endpoints.accounts}/me`,
-      this.#json((r) => this.#me(r)),
-    );
-    add(
-      "POST",
-      endpoints.owner_invitation,
-      this.#json((r) => this.#invite(r)),
-    );
-    if (endpoints.key_rotation !== undefined)
-      add(
-        "POST",
-        endpoints.key_rotation,
-        this.#json((r) => this.#rotate(r)),
-      );
-    if (this.#claimPagePath !== undefined)
-      add(
-        "GET",
-        this.#claimPagePath,
-        this.#page((r) => this.#claimPage(r)),
-      );
-    add("POST", endpoints.claim_completion, (r) => this.#claimCompletion(r));
+    add("POST", endpoints.accounts, this.#json(signupHandler(core)));
+    add("GET", `${endpoints.accounts}/me`, this.#json(introspectionHandler(core)));
+    add("POST", endpoints.owner_invitation, this.#json(invitationHandler(core)));
+    if (endpoints.key_rotation !== undefined) add("POST", endpoints.key_rotation, this.#json(keyRotationHandler(core)));
+    const claimPage = new URL(endpoints.claim_page);
+    if (claimPage.origin === this.origin) add("GET", claimPage.pathname, this.#page(claimPageHandler(core)));
+    // Answers in the request's own format (JSON, or a page for the claim page's form).
+    add("POST", `${endpoints.claim_completion}/:token`, claimCompletionHandler(core));
     const owner = this.ownerPath;
-    add(
-      "GET",
-      `${owner}/signin`,
-      this.#page((r) => this.#signInStart(r), "Sign-in failed"),
-    );
-    add(
-      "GET",
-      `${owner}/callback`,
-      this.#page((r) => this.#signInCallback(r), "Sign-in failed"),
-    );
-    add(
-      "POST",
-      `${owner}/signout`,
-      this.#json((r) => this.#signOut(r)),
-    );
-    add(
-      "GET",
-      `${owner}/accounts`,
-      this.#json((r) => this.#ownedAccounts(r)),
-    );
-    add(
-      "POST",
-      `${owner}/accounts/revoke`,
-      this.#json((r) => this.#ownerRevoke(r)),
-    );
-    add(
-      "POST",
-      `${owner}/accounts/rekey`,
-      this.#json((r) => this.#ownerRekey(r)),
-    );
-  }
-
-  // ---------------------------------------------------------------- agent endpoints
-
-  async #signup(request: KitRequest): Promise<KitResponse> {
-    const context = await this.authenticateRequest(request, "accounts.signup", true);
-    return jsonResponse(context.created ? 201 : 200, { account: context.account });
-  }
-
-  async #me(request: KitRequest): Promise<KitResponse> {
-    const context = await this.authenticateRequest(request, "accounts.me");
-    return jsonResponse(200, { account: context.account });
-  }
-
-  async #invite(request: KitRequest): Promise<KitResponse> {
-    const context = await this.authenticateRequest(request, "owner_invitation");
-    const body = context.json();
-    const raw = body.recipient;
-    if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
-      throw protoError("malformed_request", { message: "recipient {type, value} is required" });
-    }
-    const type = (raw as Record<string, unknown>).type;
-    if (typeof type !== "string") throw protoError("malformed_request", { message: "recipient.type must be a string" });
-    if (!this.#options.recipientTypes.includes(type)) {
-      throw protoError("unsupported_recipient_type", {
-        message: `this service accepts recipients of type ${this.#options.recipientTypes.join(", ")}`,
-      });
-    }
-    let recipient: Recipient;
-    try {
-      recipient = this.sessions.canonicalIdentity(raw);
-    } catch (error) {
-      throw protoError("malformed_request", {
-        message: (error as Error).message.replace(/^invalid identity: /, "recipient: "),
-      });
-    }
-    if (context.record.claimedAt !== undefined) throw protoError("already_claimed");
-    const now = this.#now();
-    const token = randomToken("clm_");
-    const invitation = await this.store.replaceInvitation({
-      accountId: context.record.id,
-      tokenHash: hashToken(token),
-      recipient,
-      recipientKey: recipientKey(recipient),
-      now,
-      expiresAt: now + this.#options.invitationTtlSeconds * 1000,
-    });
-    const record: AccountRecord = { ...context.record, invitation };
-    const account = toAccountResource(record, now, this.#options.ttlSeconds);
-    const claimUrl = new URL(this.discovery.endpoints.claim_page);
-    claimUrl.searchParams.set("token", token);
-    const expiresAt = isoTime(invitation.expiresAt);
-    if (this.#onInvitation !== undefined) {
-      try {
-        await this.#onInvitation({ account, recipient, claimUrl: claimUrl.href, token, expiresAt });
-      } catch (error) {
-        this.#onError(error);
-      }
-    }
-    return jsonResponse(201, {
-      invitation: { recipient, claim_url: claimUrl.href, claim_token: token, expires_at: expiresAt },
-      account,
-    });
-  }
-
-  async #rotate(request: KitRequest): Promise<KitResponse> {
-    const context = await this.authenticateRequest(request, "key_rotation");
-    if (context.record.claimedAt !== undefined) {
-      throw protoError("owner_binding_blocked", {
-        message: "the account is claimed: only its owner can rotate the key",
-      });
-    }
-    const newDid = requireDidKey(context.json().new_account_did, "new_account_did");
-    if (newDid === context.did)
-      throw protoError("malformed_request", { message: "new_account_did is the current DID" });
-    const outcome = await this.store.rotateKey({
-      accountId: context.record.id,
-      fromDid: context.did,
-      toDid: newDid,
-      now: this.#now(),
-      reason: "rotated",
-      unclaimedOnly: true,
-    });
-    if (outcome === "did_in_use") throw kitError("kit_did_in_use");
-    if (outcome === "stale")
-      throw protoError("owner_binding_blocked", { message: "the account was claimed meanwhile" });
-    return jsonResponse(200, { account: await this.#reload(context.record.id) });
-  }
-
-  async #reload(accountId: string): Promise<AccountResource> {
-    const record = await this.store.findAccountById(accountId);
-    if (record === undefined) throw new Error("account vanished");
-    return this.accountResource(record);
-  }
-
-  // ---------------------------------------------------------------- claim
-
-  /** The invitation a claim token names, checked in the order clients can act on. */
-  async #claimable(token: unknown): Promise<{
-    account: AccountRecord;
-    invitationId: string;
-    recipientKey: string;
-    recipient: Recipient;
-    expiresAt: number;
-  }> {
-    if (typeof token !== "string" || token.length === 0) {
-      throw protoError("malformed_request", { message: "token is required" });
-    }
-    if (token.length > MAX_CLAIM_TOKEN_LENGTH) throw invitationNotFound();
-    const invitation = await this.store.findInvitationByTokenHash(hashToken(token));
-    if (invitation === undefined) throw invitationNotFound();
-    const account = await this.store.findAccountById(invitation.accountId);
-    if (account === undefined) throw invitationNotFound();
-    if (account.claimedAt !== undefined) throw protoError("already_claimed");
-    const now = this.#now();
-    const accountExpiry = accountExpiresAt(account, this.#options.ttlSeconds);
-    if (accountExpiry !== undefined && now >= accountExpiry) {
-      throw protoError("account_expired", { message: "this unclaimed account expired" });
-    }
-    if (invitation.status === "replaced") {
-      throw protoError("invitation_expired", { message: "this invitation was replaced by a newer one" });
-    }
-    if (invitation.status !== "pending" || invitation.expiresAt <= now) {
-      throw protoError("invitation_expired", { message: "this invitation expired" });
-    }
-    return {
-      account,
-      invitationId: invitation.id,
-      recipientKey: invitation.recipientKey,
-      recipient: invitation.recipient,
-      expiresAt: invitation.expiresAt,
-    };
-  }
-
-  async #claimPage(request: KitRequest): Promise<KitResponse> {
-    const token = request.url.searchParams.get("token") ?? "";
-    if (token.length === 0) throw invitationNotFound({ message: "the claim link has no token" });
-    const claim = await this.#claimable(token);
-    const session = await this.sessions.fromHeaders(request.headers);
-    const here = `${request.url.pathname}${request.url.search}`;
-    return claimPage({
-      agentDid: claim.account.did,
-      recipient: claim.recipient,
-      expiresAt: isoTime(claim.expiresAt),
-      token,
-      completionPath: this.discovery.endpoints.claim_completion,
-      session:
-        session === undefined
-          ? undefined
-          : { csrf: session.csrf, identities: session.identities.map((identity) => recipientKey(identity)) },
-      signInLinks: this.attestors.signInAttestors().map((attestor) => ({
-        label: attestor.url ?? attestor.name,
-        href: `${this.ownerPath}/signin?${new URLSearchParams({ attestor: attestor.name, return_to: here })}`,
-      })),
-    });
-  }
-
-  async #claimCompletion(request: KitRequest): Promise<KitResponse> {
-    const form = isForm(request.headers);
-    try {
-      let token: unknown;
-      let csrf: string | undefined;
-      if (form) {
-        const params = new URLSearchParams(Buffer.from(request.body ?? new Uint8Array()).toString("utf8"));
-        token = params.get("token") ?? undefined;
-        csrf = params.get("csrf") ?? undefined;
-      } else {
-        if (!isJson(request.headers)) {
-          throw protoError("malformed_request", { message: "send JSON (application/json) or a form" });
-        }
-        token = parseJsonObject(request.body).token;
-      }
-      const claim = await this.#claimable(token);
-      const session = await this.sessions.fromHeaders(request.headers);
-      if (session === undefined) {
-        throw ownerAuthenticationRequired({ hasSession: false, message: "sign in to claim this account" });
-      }
-      // A form post must carry the session's form token (cross-site forms cannot read it).
-      if (form && (csrf === undefined || !safeEqual(csrf, session.csrf))) throw kitError("kit_csrf");
-      if (!this.sessions.isFresh(session, this.#options.freshnessSeconds)) {
-        throw protoError("owner_session_too_stale", {
-          message: `sign in again: claiming needs an authentication within ${this.#options.freshnessSeconds} seconds`,
-        });
-      }
-      if (!identityKeys(session).has(claim.recipientKey)) {
-        throw ownerAuthenticationRequired({
-          hasSession: true,
-          message: "you are signed in as someone other than the invitation's recipient",
-        });
-      }
-      const now = this.#now();
-      const claimed = await this.store.claim({
-        invitationId: claim.invitationId,
-        accountId: claim.account.id,
-        ownerKey: claim.recipientKey,
-        ownerRecipient: claim.recipient,
-        ownerPersonId: session.personId,
-        now,
-      });
-      if (!claimed) {
-        // Lost a race with a replacement, an expiry or another claim: report what holds now.
-        await this.#claimable(token);
-        throw protoError("already_claimed");
-      }
-      const account = await this.#reload(claim.account.id);
-      return form ? claimedPage(account.did) : jsonResponse(200, { account });
-    } catch (error) {
-      const { error: protoErr, unexpected } = asProtoError(error);
-      if (unexpected) this.#onError(error);
-      return form ? errorPage(protoErr.status, protoErr.code, protoErr.message) : errorResponse(protoErr);
-    }
-  }
-
-  // ---------------------------------------------------------------- sign-in and owner endpoints
-
-  async #signInStart(request: KitRequest): Promise<KitResponse> {
-    const params = request.url.searchParams;
-    const candidates = this.attestors.signInAttestors();
-    const name = params.get("attestor") ?? (candidates.length === 1 ? candidates[0]?.name : undefined);
-    if (name === undefined) throw kitError("kit_unknown_attestor", "say which attestor to sign in with (attestor=...)");
-    const returnTo = this.#returnTo(params.get("return_to"));
-    const { location, setCookie } = await this.signIn.start(name, returnTo);
-    return redirectResponse(location, [setCookie]);
-  }
-
-  async #signInCallback(request: KitRequest): Promise<KitResponse> {
-    const result = await this.signIn.complete(request.url, request.headers);
-    // Checked again on the way out: a row written by an older kit was held to a weaker rule.
-    return redirectResponse(this.#returnTo(result.returnTo), result.setCookies);
-  }
-
-  /** Where a sign-in returns: a path on this service's origin, else the owned accounts. */
-  #returnTo(value: string | null): string {
-    return sameOriginPath(value, this.origin) ?? `${this.ownerPath}/accounts`;
-  }
-
-  async #signOut(request: KitRequest): Promise<KitResponse> {
-    const session = await this.sessions.fromHeaders(request.headers);
-    const cookie = session === undefined ? this.sessions.clearCookie() : await this.sessions.destroy(session);
-    return jsonResponse(200, { ok: true }, { "set-cookie": [cookie] });
-  }
-
-  async #requireSession(request: KitRequest): Promise<OwnerSession> {
-    const session = await this.sessions.fromHeaders(request.headers);
-    if (session === undefined) throw ownerAuthenticationRequired({ hasSession: false, message: "sign in first" });
-    return session;
-  }
-
-  async #ownedAccounts(request: KitRequest): Promise<KitResponse> {
-    const session = await this.#requireSession(request);
-    const person: PersonRecord | undefined =
-      session.personId === undefined ? undefined : await this.store.findPerson(session.personId);
-    const keys = identityKeys(session);
-    const records = await this.store.listAccountsForPerson(session.personId, [...keys]);
-    const accounts = records.map((record) => ({
-      ...this.accountResource(record),
-      relation: this.#owns(session, keys, record) ? "owner" : "attested",
-    }));
-    return jsonResponse(200, {
-      person:
-        person === undefined
-          ? null
-          : { id: person.id, issuer: person.issuer, subject: person.subject, created_at: isoTime(person.createdAt) },
-      identities: session.identities,
-      authenticated_at: session.authenticatedAt === undefined ? null : isoTime(session.authenticatedAt),
-      accounts,
-    });
-  }
-
-  #owns(session: OwnerSession, keys: Set<string>, record: AccountRecord): boolean {
-    if (record.claimedAt === undefined) return false;
-    if (record.ownerPersonId !== undefined && record.ownerPersonId === session.personId) return true;
-    return record.ownerKey !== undefined && keys.has(record.ownerKey);
-  }
-
-  /** Owner-binding operations: a session (401), a CLAIMED account (409), its owner (403), fresh (403). */
-  async #ownerOperation(
-    request: KitRequest,
-  ): Promise<{ session: OwnerSession; record: AccountRecord; body: Record<string, unknown> }> {
-    const session = await this.#requireSession(request);
-    if (!isJson(request.headers)) {
-      throw protoError("malformed_request", { message: "owner operations take a JSON body (application/json)" });
-    }
-    const body = parseJsonObject(request.body);
-    const did = requireDidKey(body.did, "did");
-    const record = await this.store.findAccountByDid(did);
-    if (record === undefined) {
-      throw ownerAuthenticationRequired({ hasSession: true, message: "you do not own an account with this DID" });
-    }
-    if (record.claimedAt === undefined) throw protoError("not_claimed", { message: "the account has no owner yet" });
-    if (!this.#owns(session, identityKeys(session), record)) {
-      throw ownerAuthenticationRequired({ hasSession: true, message: "you do not own this account" });
-    }
-    if (!this.sessions.isFresh(session, this.#options.freshnessSeconds)) {
-      throw protoError("owner_session_too_stale", {
-        message: `sign in again: this operation needs an authentication within ${this.#options.freshnessSeconds} seconds`,
-      });
-    }
-    return { session, record, body };
-  }
-
-  async #ownerRevoke(request: KitRequest): Promise<KitResponse> {
-    const { record } = await this.#ownerOperation(request);
-    if (record.keyRevokedAt === undefined) {
-      await this.store.revokeKey({ accountId: record.id, did: record.did, now: this.#now(), reason: "owner_revoked" });
-    }
-    return jsonResponse(200, { account: await this.#reload(record.id) });
-  }
-
-  async #ownerRekey(request: KitRequest): Promise<KitResponse> {
-    const { record, body } = await this.#ownerOperation(request);
-    const newDid = requireDidKey(body.new_account_did, "new_account_did");
-    if (newDid === record.did) throw protoError("malformed_request", { message: "new_account_did is the current DID" });
-    const outcome = await this.store.rotateKey({
-      accountId: record.id,
-      fromDid: record.did,
-      toDid: newDid,
-      now: this.#now(),
-      reason: "owner_rekeyed",
-      unclaimedOnly: false,
-    });
-    if (outcome === "did_in_use") throw kitError("kit_did_in_use");
-    if (outcome === "stale") throw kitError("kit_did_in_use", "the account's key changed meanwhile; reload");
-    return jsonResponse(200, { account: await this.#reload(record.id) });
+    add("GET", `${owner}/signin`, this.#page(signInStartHandler(core), "Sign-in failed"));
+    add("GET", `${owner}/callback`, this.#page(signInCallbackHandler(core), "Sign-in failed"));
+    add("POST", `${owner}/signout`, this.#json(signOutHandler(core)));
+    add("GET", `${owner}/accounts`, this.#json(ownedAccountsHandler(core)));
+    add("POST", `${owner}/accounts/revoke`, this.#json(ownerRevokeHandler(core)));
+    add("POST", `${owner}/accounts/rekey`, this.#json(ownerRekeyHandler(core)));
   }
 
   // ---------------------------------------------------------------- housekeeping
@@ -978,9 +512,4 @@ export async function createKit(options: KitOptions): Promise<Kit> {
     await store.close();
     throw error;
   }
-}
-
-/** A `ProtoError` (or anything thrown) as a Fetch `Response` in the error envelope. */
-export function errorToResponse(error: unknown): Response {
-  return toFetchResponse(errorResponse(asProtoError(error).error));
 }

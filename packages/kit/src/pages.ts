@@ -88,7 +88,6 @@ export function claimPage(input: ClaimPageInput): KitResponse {
     const who = input.session.identities.map((i) => `<li><code>${escapeHtml(i)}</code></li>`).join("");
     action = `<p>You are signed in as:</p><ul>${who}</ul>
 <form method="post" action="${escapeHtml(input.completionPath)}">
-<input type="hidden" name="token" value="${escapeHtml(input.token)}">
 <input type="hidden" name="csrf" value="${escapeHtml(input.session.csrf)}">
 <button type="submit">Claim this agent</button>
 </form>`;

@@ -5,18 +5,36 @@ import { isoTime } from "./util.js";
 export type AccountState = "UNCLAIMED" | "INVITED" | "CLAIMED";
 
 /**
- * The account resource (`GET {accounts}/me`, and every kit answer that returns an account).
- * Times are RFC 3339 UTC strings; members that do not apply are `null`, never absent.
+ * The account resource of upstream §6.5: introspection, explicit signup (§6.4) and claim
+ * completion (§7.4) answer it. Times are RFC 3339 UTC strings. `owner` is set only once CLAIMED
+ * (never the pending recipient, §13.2); `unclaimed_expires_at` is present only while an unclaimed
+ * account has a TTL (`limits.unclaimed_ttl_seconds`).
  */
 export interface AccountResource {
   /** Stable id of the account; it survives key rotation. */
-  id: string;
+  account_id: string;
   /** The agent DID the account answers to. */
-  did: string;
+  agent_did: string;
   state: AccountState;
   created_at: string;
-  /** When an unclaimed account expires (`limits.unclaimed_ttl_seconds`); null without a TTL or once claimed. */
-  expires_at: string | null;
+  unclaimed_expires_at?: string;
+  owner: AccountOwner | null;
+}
+
+export interface AccountOwner {
+  /** The normalised recipient verified at claim time (§7.7). */
+  identity: Recipient;
+  /** The person behind the identity at this service, when one is known (a sign-in with an attestor). */
+  user_id: string | null;
+  claimed_at: string;
+}
+
+/**
+ * What the kit tells a signed-in person about an account they own or were attested for (the kit's
+ * own owner route, not an upstream shape): the resource plus what only the person may see.
+ */
+export interface OwnerAccountView extends AccountResource {
+  relation: "owner" | "attested";
   /** The latest accepted attestation. The pseudonym (`sub_h`) is kept by the service, not echoed. */
   attested: {
     issuer: string;
@@ -25,10 +43,6 @@ export interface AccountResource {
     /** End of the attested session: the attestation's `exp`, or the extended window. */
     session_expires_at: string | null;
   } | null;
-  /** The pending invitation (state INVITED). */
-  invitation: { recipient: Recipient; expires_at: string } | null;
-  /** The owner (state CLAIMED): the recipient identity that claimed it. */
-  owner: { recipient: Recipient; claimed_at: string } | null;
   /** Set when the owner revoked the agent key and has not bound a new one. */
   key_revoked_at: string | null;
 }
@@ -48,11 +62,30 @@ export function toAccountResource(record: AccountRecord, now: number, ttlSeconds
   const state = accountState(record, now);
   const expiresAt = accountExpiresAt(record, ttlSeconds);
   return {
-    id: record.id,
-    did: record.did,
+    account_id: record.id,
+    agent_did: record.did,
     state,
     created_at: isoTime(record.createdAt),
-    expires_at: expiresAt === undefined ? null : isoTime(expiresAt),
+    ...(expiresAt === undefined ? {} : { unclaimed_expires_at: isoTime(expiresAt) }),
+    owner:
+      record.claimedAt !== undefined && record.ownerRecipient !== undefined
+        ? {
+            identity: record.ownerRecipient,
+            user_id: record.ownerPersonId ?? null,
+            claimed_at: isoTime(record.claimedAt),
+          }
+        : null,
+  };
+}
+
+export function toOwnerAccountView(
+  record: AccountRecord,
+  resource: AccountResource,
+  relation: OwnerAccountView["relation"],
+): OwnerAccountView {
+  return {
+    ...resource,
+    relation,
     attested:
       record.attestedIssuer === undefined || record.attestedAt === undefined
         ? null
@@ -62,14 +95,6 @@ export function toAccountResource(record: AccountRecord, now: number, ttlSeconds
             attested_at: isoTime(record.attestedAt),
             session_expires_at: record.attestedUntil === undefined ? null : isoTime(record.attestedUntil),
           },
-    invitation:
-      state === "INVITED" && record.invitation !== undefined
-        ? { recipient: record.invitation.recipient, expires_at: isoTime(record.invitation.expiresAt) }
-        : null,
-    owner:
-      record.claimedAt !== undefined && record.ownerRecipient !== undefined
-        ? { recipient: record.ownerRecipient, claimed_at: isoTime(record.claimedAt) }
-        : null,
     key_revoked_at: record.keyRevokedAt === undefined ? null : isoTime(record.keyRevokedAt),
   };
 }

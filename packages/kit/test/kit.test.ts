@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import {
   type DiscoveryDocument,
+  findProtoChallenge,
   isReservedErrorCode,
   ProtoError,
   RESERVED_ERRORS,
@@ -10,7 +11,7 @@ import {
 } from "@proto/protocol";
 import { hostileRedirects } from "@proto/testkit";
 import { decodeJwt } from "jose";
-import { errorToResponse, KIT_ERRORS, type KitStore, openKitStore } from "../src/index.js";
+import { KIT_ERRORS, type KitStore, openKitStore } from "../src/index.js";
 import { TestAttestor } from "./support/attestor.js";
 import { Browser, field, link } from "./support/browser.js";
 import {
@@ -47,6 +48,14 @@ const ROTATE = "/proto/v1/accounts/me/keys/rotate";
 const CLAIM = "/proto/v1/claim";
 const OWNER = "/proto/owner";
 const INVITATION_TTL = 3600;
+/** An RFC 3339 time within a few seconds of `ms` (the suite's clock keeps ticking). */
+function assertAbout(iso: string, ms: number): void {
+  assert.match(iso, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  assert.ok(Math.abs(Date.parse(iso) - ms) < 5000, `${iso} is not about ${new Date(ms).toISOString()}`);
+}
+
+/** `POST {claim_completion}/<token>` (upstream §7.4). */
+const claimPath = (token: string) => `${CLAIM}/${encodeURIComponent(token)}`;
 
 for (const engine of ENGINES) {
   describe(`kit end to end (${engine})`, { timeout: 120_000 }, () => {
@@ -61,6 +70,17 @@ for (const engine of ENGINES) {
     let mismatch: TestService;
     let services: Map<string, TestService["app"]>;
     const ledger = new CodeLedger();
+    /** The claim tokens of each agent's invitations, in order, as `onInvitation` hands them to the service. */
+    const claimTokens = new Map<string, string[]>();
+    const onInvitation = (event: { account: { agent_did: string }; token: string }) => {
+      claimTokens.set(event.account.agent_did, [...(claimTokens.get(event.account.agent_did) ?? []), event.token]);
+    };
+    const tokensOf = (agent: { did: string }) => claimTokens.get(agent.did) ?? [];
+    const tokenOf = (agent: { did: string }) => {
+      const token = tokensOf(agent).at(-1);
+      assert.ok(token, `no invitation for ${agent.did}`);
+      return token;
+    };
 
     before(async () => {
       database = await createTestDatabase(engine);
@@ -87,6 +107,8 @@ for (const engine of ENGINES) {
           store,
           now: clock.now,
           invitationTtlSeconds: INVITATION_TTL,
+          onInvitation,
+          redirectOrigins: ["https://app.notes.example"],
           onError: (error) => {
             throw error;
           },
@@ -100,6 +122,7 @@ for (const engine of ENGINES) {
           implicitSignup: false,
           store,
           now: clock.now,
+          onInvitation,
         },
         clock,
       );
@@ -113,6 +136,7 @@ for (const engine of ENGINES) {
           },
           store,
           now: clock.now,
+          onInvitation,
         },
         clock,
       );
@@ -162,7 +186,7 @@ for (const engine of ENGINES) {
       const { agent, jwt } = await attestedAgent(email);
       const me = await main.signed(agent, "GET", ME, { attestation: jwt });
       assert.equal(me.status, 200, me.text);
-      return { agent, email, jwt, account: me.json.account };
+      return { agent, email, jwt, account: me.json };
     }
 
     async function signIn(browser: Browser, email: string, returnTo = `${OWNER}/accounts`) {
@@ -216,36 +240,26 @@ for (const engine of ENGINES) {
       const before = clock.now();
       const me = await main.signed(agent, "GET", ME, { attestation: jwt });
       assert.equal(me.status, 200, me.text);
-      const account = me.json.account;
-      assert.deepEqual(Object.keys(account).sort(), [
-        "attested",
-        "created_at",
-        "did",
-        "expires_at",
-        "id",
-        "invitation",
-        "key_revoked_at",
-        "owner",
-        "state",
-      ]);
-      assert.equal(account.did, agent.did);
+      // Upstream §6.5 field for field: no TTL, so no unclaimed_expires_at; no owner before CLAIMED.
+      const account = me.json;
+      assert.deepEqual(Object.keys(account).sort(), ["account_id", "agent_did", "created_at", "owner", "state"]);
+      assert.equal(account.agent_did, agent.did);
       assert.equal(account.state, "UNCLAIMED");
-      assert.match(account.id, /^acct_/);
+      assert.match(account.account_id, /^acct_/);
       assert.ok(Date.parse(account.created_at) >= before - 1000);
-      assert.equal(account.expires_at, null);
       assert.equal(account.owner, null);
-      assert.equal(account.invitation, null);
-      assert.equal(account.attested.issuer, "proto-trust");
-      assert.equal(account.attested.verification, "email");
-      assert.equal(account.attested.session_expires_at, new Date((decodeJwt(jwt).exp as number) * 1000).toISOString());
       // Within the attested session, requests need no attestation; explicit signup answers 200 (exists).
       assert.equal((await main.signed(agent, "GET", ME)).status, 200);
       const again = await main.signed(agent, "POST", ACCOUNTS);
       assert.equal(again.status, 200, again.text);
-      assert.equal(again.json.account.id, account.id);
-      // The account is keyed to the person the attestation names (canonical issuer + sub_h).
+      assert.equal(again.json.account_id, account.account_id);
+      // The account is keyed to the person the attestation names (canonical issuer + sub_h), and the
+      // attested session runs to the attestation's exp.
       const record = await store.findAccountByDid(agent.did);
       assert.ok(record?.personId);
+      assert.equal(record.attestedIssuer, "proto-trust");
+      assert.equal(record.attestedVerification, "email");
+      assert.equal(record.attestedUntil, (decodeJwt(jwt).exp as number) * 1000);
       const person = await store.findPerson(record.personId);
       assert.deepEqual([person?.issuer, person?.subject], ["proto-trust", decodeJwt(jwt).sub_h]);
     });
@@ -280,6 +294,55 @@ for (const engine of ENGINES) {
       ledger.expect(await main.signed(agent, "GET", ME, { replay: { ...foreign } }), 401, "invalid_signature");
     });
 
+    test("every 401 carries the Proto challenge; error only when the request tried the protocol (upstream §5.7)", async () => {
+      const discovery = `discovery="${MAIN.origin}/.well-known/proto"`;
+      const anonymous = await main.request("GET", ME);
+      ledger.expect(anonymous, 401, "invalid_signature");
+      assert.equal(anonymous.headers.get("www-authenticate"), `Proto ${discovery}, realm="${MAIN.did}"`);
+      const tried = await main.request("GET", ME, {
+        headers: { signature: "sig1=:AA==:", "signature-input": "sig1=()" },
+      });
+      ledger.expect(tried, 401, "invalid_signature");
+      assert.equal(findProtoChallenge(tried.headers.get("www-authenticate"))?.error, "invalid_signature");
+      const unattested = await main.signed(newAgent(), "GET", ME);
+      ledger.expect(unattested, 401, "attestation_required");
+      assert.deepEqual(findProtoChallenge(unattested.headers.get("www-authenticate")), {
+        discovery: `${MAIN.origin}/.well-known/proto`,
+        realm: MAIN.did,
+        error: "attestation_required",
+        attestors: ["proto-trust"],
+      });
+      const owner = await main.request("GET", `${OWNER}/accounts`);
+      ledger.expect(owner, 401, "owner_authentication_required");
+      assert.equal(
+        findProtoChallenge(owner.headers.get("www-authenticate"))?.ownerLogin,
+        `${MAIN.origin}${OWNER}/signin`,
+      );
+      // Statuses other than 401 carry no challenge.
+      const malformed = await main.signed((await signedUp()).agent, "POST", INVITE, { body: {} });
+      assert.equal(malformed.status, 400);
+      assert.equal(malformed.headers.get("www-authenticate"), null);
+    });
+
+    test("optional authentication (upstream §5.8): anonymous served, signed recognised, bad credentials 401", async () => {
+      const anonymous = await main.request("GET", "/api/maybe");
+      assert.equal(anonymous.status, 200, anonymous.text);
+      assert.deepEqual(anonymous.json, { did: null });
+      const { agent } = await signedUp();
+      const signed = await main.signed(agent, "GET", "/api/maybe");
+      assert.equal(signed.status, 200, signed.text);
+      assert.deepEqual(signed.json, { did: agent.did });
+      const elsewhere = signRequest(
+        { method: "GET", url: `${MAIN.origin}/api/whoami` },
+        { keyid: agent.did, privateKey: agent.privateKey, created: clock.nowSeconds() },
+      ).headers;
+      const forged = await main.signed(agent, "GET", "/api/maybe", { replay: { ...elsewhere } });
+      ledger.expect(forged, 401, "invalid_signature");
+      assert.equal(findProtoChallenge(forged.headers.get("www-authenticate"))?.error, "invalid_signature");
+      const badAttestation = await main.request("GET", "/api/maybe", { headers: { "proto-attestation": "garbage" } });
+      ledger.expect(badAttestation, 401, "invalid_signature");
+    });
+
     test("attestations: garbage, another audience, another agent, an issuer the service does not accept", async () => {
       const { agent, jwt } = await attestedAgent();
       const fresh = newAgent();
@@ -307,7 +370,7 @@ for (const engine of ENGINES) {
       assert.match(lapsed.json.error.message, /lapsed/);
       const renewed = await main.signed(agent, "GET", ME, { attestation: await attestor.mint(agent, MAIN.did) });
       assert.equal(renewed.status, 200, renewed.text);
-      assert.ok(Date.parse(renewed.json.account.attested.session_expires_at) > clock.now());
+      assert.ok(((await store.findAccountByDid(agent.did))?.attestedUntil ?? 0) > clock.now());
       assert.equal((await main.signed(agent, "GET", ME)).status, 200);
     });
 
@@ -347,8 +410,32 @@ for (const engine of ENGINES) {
         400,
         "malformed_request",
       );
+      // Both forms at once is refused (upstream §7.2).
+      ledger.expect(
+        await main.signed(agent, "POST", INVITE, {
+          body: { email: "a@example.com", recipient: { type: "email", value: "a@example.com" } },
+        }),
+        400,
+        "malformed_request",
+      );
+      ledger.expect(await main.signed(agent, "POST", INVITE, { body: { email: 7 } }), 400, "malformed_request");
+      // redirect_url only to an allowed origin, never credentials or control characters.
+      for (const redirect of [
+        "https://evil.example/welcome",
+        "http://notes.example/welcome",
+        "https://user@notes.example/",
+        "https://notes.example/\tx",
+        "/relative",
+        42,
+      ]) {
+        ledger.expect(
+          await main.signed(agent, "POST", INVITE, { body: { email: "a@example.com", redirect_url: redirect } }),
+          400,
+          "malformed_request",
+        );
+      }
       const me = await main.signed(agent, "GET", ME);
-      assert.equal(me.json.account.state, "UNCLAIMED", "nothing was staged");
+      assert.equal(me.json.state, "UNCLAIMED", "nothing was staged");
       // Without recipient_types only e-mail is accepted.
       const freeAgent = newAgent();
       assert.equal((await free.signed(freeAgent, "POST", ACCOUNTS)).status, 201);
@@ -362,8 +449,17 @@ for (const engine of ENGINES) {
       const ok = await free.signed(freeAgent, "POST", INVITE, {
         body: { recipient: { type: "email", value: "Owner@Example.COM" } },
       });
-      assert.equal(ok.status, 201, ok.text);
-      assert.deepEqual(ok.json.invitation.recipient, { type: "email", value: "owner@example.com" }, "normalised");
+      assert.equal(ok.status, 202, ok.text);
+      const staged = await store.findAccountByDid(freeAgent.did);
+      assert.deepEqual(staged?.invitation?.recipient, { type: "email", value: "owner@example.com" }, "normalised");
+      // The bare `email` shorthand, and a redirect_url on an allowed origin.
+      const shorthand = await main.signed(agent, "POST", INVITE, {
+        body: { email: "Short@Example.com", redirect_url: "https://app.notes.example/welcome?x=1" },
+      });
+      assert.equal(shorthand.status, 202, shorthand.text);
+      const record = await store.findAccountByDid(agent.did);
+      assert.deepEqual(record?.invitation?.recipient, { type: "email", value: "short@example.com" });
+      assert.equal(record?.invitation?.redirectUrl, "https://app.notes.example/welcome?x=1");
     });
 
     test("one pending invitation, replaced atomically: the old token answers invitation_expired (410), an unknown one invitation_not_found (404)", async () => {
@@ -371,40 +467,42 @@ for (const engine of ENGINES) {
       const first = await main.signed(agent, "POST", INVITE, {
         body: { recipient: { type: "email", value: "a@example.com" } },
       });
-      assert.equal(first.status, 201, first.text);
-      assert.deepEqual(Object.keys(first.json).sort(), ["account", "invitation"]);
-      assert.deepEqual(Object.keys(first.json.invitation).sort(), [
-        "claim_token",
-        "claim_url",
-        "expires_at",
-        "recipient",
-      ]);
-      assert.equal(first.json.account.state, "INVITED");
-      const claimUrl = new URL(first.json.invitation.claim_url);
-      assert.equal(`${claimUrl.origin}${claimUrl.pathname}`, `${MAIN.origin}/proto/claim`);
-      assert.equal(claimUrl.searchParams.get("token"), first.json.invitation.claim_token);
+      // Upstream §7.2: 202 {invitation_id, expires_at, state}; an e-mail claim link goes by mail only.
+      assert.equal(first.status, 202, first.text);
+      assert.deepEqual(Object.keys(first.json).sort(), ["expires_at", "invitation_id", "state"]);
+      assert.equal(first.json.state, "INVITED");
+      assert.match(first.json.invitation_id, /^inv_/);
+      assertAbout(first.json.expires_at, clock.now() + INVITATION_TTL * 1000);
+      const firstToken = tokenOf(agent);
       const second = await main.signed(agent, "POST", INVITE, {
         body: { recipient: { type: "email", value: "b@example.com" } },
       });
-      assert.equal(second.status, 201);
+      assert.equal(second.status, 202);
+      assert.notEqual(second.json.invitation_id, first.json.invitation_id);
       const me = await main.signed(agent, "GET", ME);
-      assert.equal(me.json.account.state, "INVITED");
-      assert.deepEqual(me.json.account.invitation.recipient, { type: "email", value: "b@example.com" });
+      assert.equal(me.json.state, "INVITED");
+      assert.equal(me.json.owner, null, "the pending recipient is never shown to the agent");
+      assert.ok(!me.text.includes("b@example.com"));
 
       const browser = newBrowser();
-      const replacedPage = await browser.get(first.json.invitation.claim_url);
+      const replacedPage = await browser.get(`${MAIN.origin}/proto/claim?token=${firstToken}`);
       assert.equal(replacedPage.status, 410);
       assert.match(replacedPage.text, /invitation_expired/);
-      ledger.expect(
-        await main.request("POST", CLAIM, { body: { token: first.json.invitation.claim_token } }),
-        410,
-        "invitation_expired",
-      );
+      ledger.expect(await main.request("POST", claimPath(firstToken)), 410, "invitation_expired");
       const unknown = await browser.get(`${MAIN.origin}/proto/claim?token=clm_nothing`);
       assert.equal(unknown.status, 404);
       assert.match(unknown.text, /invitation_not_found/);
-      ledger.expect(await main.request("POST", CLAIM, { body: { token: "clm_nothing" } }), 404, "invitation_not_found");
-      ledger.expect(await main.request("POST", CLAIM, { body: {} }), 400, "malformed_request");
+      ledger.expect(await main.request("POST", claimPath("clm_nothing")), 404, "invitation_not_found");
+      ledger.expect(
+        await main.request("POST", claimPath(tokenOf(agent)), {
+          rawBody: "{not json",
+          headers: { "content-type": "application/json" },
+        }),
+        400,
+        "malformed_request",
+      );
+      const bare = await main.request("POST", CLAIM);
+      assert.equal(bare.status, 404, "the completion endpoint needs the token as its last segment");
       // Concurrent replacements leave exactly one live invitation.
       const raced = await Promise.all(
         ["c@example.com", "d@example.com", "e@example.com"].map((value) =>
@@ -413,12 +511,12 @@ for (const engine of ENGINES) {
       );
       assert.deepEqual(
         raced.map((r) => r.status),
-        [201, 201, 201],
+        [202, 202, 202],
       );
+      assert.equal(new Set(raced.map((r) => r.json.invitation_id)).size, 3);
       const live = [];
-      for (const r of raced) {
-        const answer = await main.request("POST", CLAIM, { body: { token: r.json.invitation.claim_token } });
-        live.push(answer.json.error.code);
+      for (const token of tokensOf(agent).slice(-3)) {
+        live.push((await main.request("POST", claimPath(token))).json.error.code);
       }
       assert.deepEqual(
         live.sort(),
@@ -432,16 +530,12 @@ for (const engine of ENGINES) {
       const staged = await main.signed(agent, "POST", INVITE, {
         body: { recipient: { type: "email", value: "late@example.com" } },
       });
-      assert.equal(staged.status, 201);
+      assert.equal(staged.status, 202);
       clock.advance(INVITATION_TTL + 1);
-      ledger.expect(
-        await main.request("POST", CLAIM, { body: { token: staged.json.invitation.claim_token } }),
-        410,
-        "invitation_expired",
-      );
+      ledger.expect(await main.request("POST", claimPath(tokenOf(agent))), 410, "invitation_expired");
       const me = await main.signed(agent, "GET", ME, { attestation: await attestor.mint(agent, MAIN.did) });
       assert.equal(me.status, 200, me.text);
-      assert.equal(me.json.account.state, "UNCLAIMED");
+      assert.equal(me.json.state, "UNCLAIMED");
       assert.ok(jwt);
     });
 
@@ -450,11 +544,12 @@ for (const engine of ENGINES) {
       const staged = await main.signed(agent, "POST", INVITE, {
         body: { recipient: { type: "email", value: "carol@example.com" } },
       });
-      const token = staged.json.invitation.claim_token;
+      assert.equal(staged.status, 202, staged.text);
+      const token = tokenOf(agent);
       const stale = await main.kit.createOwnerSession({ identities: [{ type: "email", value: "carol@example.com" }] });
       const cookie = stale.setCookie.split(";")[0] as string;
       ledger.expect(
-        await main.request("POST", CLAIM, { body: { token }, headers: { cookie } }),
+        await main.request("POST", claimPath(token), { headers: { cookie } }),
         403,
         "owner_session_too_stale",
       );
@@ -463,10 +558,7 @@ for (const engine of ENGINES) {
         authenticatedAt: clock.now(),
       });
       ledger.expect(
-        await main.request("POST", CLAIM, {
-          body: { token },
-          headers: { cookie: wrong.setCookie.split(";")[0] as string },
-        }),
+        await main.request("POST", claimPath(token), { headers: { cookie: wrong.setCookie.split(";")[0] as string } }),
         403,
         "owner_authentication_required",
       );
@@ -475,18 +567,23 @@ for (const engine of ENGINES) {
         authenticatedAt: clock.now(),
       });
       const carolCookie = carol.setCookie.split(";")[0] as string;
-      const claimed = await main.request("POST", CLAIM, { body: { token }, headers: { cookie: carolCookie } });
+      const claimed = await main.request("POST", claimPath(token), { headers: { cookie: carolCookie } });
       assert.equal(claimed.status, 200, claimed.text);
-      assert.equal(claimed.json.account.state, "CLAIMED");
-      assert.deepEqual(claimed.json.account.owner.recipient, { type: "email", value: "carol@example.com" });
+      // Upstream §7.4: the account resource, CLAIMED, with the owner's verified identity.
+      assert.deepEqual(Object.keys(claimed.json).sort(), ["account_id", "agent_did", "created_at", "owner", "state"]);
+      assert.equal(claimed.json.state, "CLAIMED");
+      assert.equal(claimed.json.agent_did, agent.did);
+      assert.deepEqual(claimed.json.owner.identity, { type: "email", value: "carol@example.com" });
+      assertAbout(claimed.json.owner.claimed_at, clock.now());
+      assert.equal((await main.signed(agent, "GET", ME)).json.owner.identity.value, "carol@example.com");
       const owned = await main.request("GET", `${OWNER}/accounts`, { headers: { cookie: carolCookie } });
       assert.equal(owned.status, 200, owned.text);
       assert.deepEqual(
-        owned.json.accounts.map((a: { did: string; relation: string }) => [a.did, a.relation]),
+        owned.json.accounts.map((a: { agent_did: string; relation: string }) => [a.agent_did, a.relation]),
         [[agent.did, "owner"]],
       );
       ledger.expect(
-        await main.request("POST", CLAIM, { body: { token }, headers: { cookie: carolCookie } }),
+        await main.request("POST", claimPath(token), { headers: { cookie: carolCookie } }),
         409,
         "already_claimed",
       );
@@ -511,14 +608,16 @@ for (const engine of ENGINES) {
       assert.equal(inUse.json.error.code, "kit_did_in_use");
       const rotated = await main.signed(agent, "POST", ROTATE, { body: { new_account_did: next.did } });
       assert.equal(rotated.status, 200, rotated.text);
-      assert.equal(rotated.json.account.did, next.did);
-      assert.equal(rotated.json.account.id, account.id);
+      assert.deepEqual(Object.keys(rotated.json).sort(), ["account_id", "agent_did", "old_revoked_at", "state"]);
+      assert.equal(rotated.json.agent_did, next.did);
+      assert.equal(rotated.json.account_id, account.account_id);
+      assertAbout(rotated.json.old_revoked_at, clock.now());
       ledger.expect(await main.signed(agent, "GET", ME), 401, "revoked_key");
       const me = await main.signed(next, "GET", ME, {
         attestation: await attestor.mint(await attestor.link(next, emailAddress("next")), MAIN.did),
       });
       assert.equal(me.status, 200, me.text);
-      assert.equal(me.json.account.id, account.id);
+      assert.equal(me.json.account_id, account.account_id);
       // The old DID can never come back, not even as a fresh signup.
       ledger.expect(await main.signed(agent, "POST", ACCOUNTS), 401, "revoked_key");
     });
@@ -528,7 +627,7 @@ for (const engine of ENGINES) {
         agent: ReturnType<typeof newAgent>;
         email: string;
         jwt: string;
-        account: { id: string; did: string };
+        account: { account_id: string; agent_did: string };
       };
       let subH: string;
       let token: string;
@@ -548,17 +647,19 @@ for (const engine of ENGINES) {
         const staged = await main.signed(alice.agent, "POST", INVITE, {
           body: { recipient: { type: "oidc", value: { issuer: attestor.url, sub: subH } } },
         });
-        assert.equal(staged.status, 201, staged.text);
-        assert.deepEqual(staged.json.invitation.recipient, {
+        assert.equal(staged.status, 202, staged.text);
+        assert.deepEqual((await store.findAccountByDid(alice.agent.did))?.invitation?.recipient, {
           type: "oidc",
           value: { issuer: "proto-trust", sub: subH },
         });
-        token = staged.json.invitation.claim_token;
-        claimUrl = staged.json.invitation.claim_url;
+        // An oidc recipient proves itself by signing in, so the agent may carry the link to its human.
+        token = tokenOf(alice.agent);
+        claimUrl = staged.json.claim_url;
+        assert.equal(claimUrl, `${MAIN.origin}/proto/claim?token=${token}`);
       });
 
       test("claim completion without a session is 401; the claim page offers sign-in", async () => {
-        ledger.expect(await main.request("POST", CLAIM, { body: { token } }), 401, "owner_authentication_required");
+        ledger.expect(await main.request("POST", claimPath(token)), 401, "owner_authentication_required");
         const page = await aliceBrowser().get(claimUrl);
         assert.equal(page.status, 200, page.text);
         assert.equal(page.headers.get("referrer-policy"), "no-referrer");
@@ -576,7 +677,7 @@ for (const engine of ENGINES) {
         assert.equal(landed.status, 200, landed.text);
         assert.equal(landed.url, claimUrl, "back on the claim page");
         assert.ok(field(landed.text, "csrf"));
-        assert.equal(field(landed.text, "token"), token);
+        assert.ok(landed.text.includes(`action="${claimPath(token)}"`), "the form posts to the token's path");
         assert.ok(aliceBrowser().cookie(MAIN.origin, "proto_owner"));
 
         const owned = await aliceBrowser().get(`${MAIN.origin}${OWNER}/accounts`);
@@ -586,7 +687,7 @@ for (const engine of ENGINES) {
         const record = await store.findAccountByDid(alice.agent.did);
         assert.equal(owned.json.person.id, record?.personId, "the same person the agent's attestation created");
         assert.deepEqual(
-          owned.json.accounts.map((a: { did: string; relation: string }) => [a.did, a.relation]),
+          owned.json.accounts.map((a: { agent_did: string; relation: string }) => [a.agent_did, a.relation]),
           [[alice.agent.did, "attested"]],
         );
         assert.deepEqual(owned.json.identities, [{ type: "oidc", value: { issuer: "proto-trust", sub: subH } }]);
@@ -608,33 +709,35 @@ for (const engine of ENGINES) {
         );
         assert.equal(landed.status, 200, landed.text);
         assert.deepEqual(landed.json.accounts, [], "Bob's agent never signed up here");
-        const refused = await bobB.send("POST", `${MAIN.origin}${CLAIM}`, { json: { token } });
+        const refused = await bobB.send("POST", `${MAIN.origin}${claimPath(token)}`);
         ledger.expect(refused, 403, "owner_authentication_required");
       });
 
       test("a form post needs the page's form token", async () => {
-        const forged = await aliceBrowser().send("POST", `${MAIN.origin}${CLAIM}`, { form: { token, csrf: "forged" } });
+        const forged = await aliceBrowser().send("POST", `${MAIN.origin}${claimPath(token)}`, {
+          form: { csrf: "forged" },
+        });
         assert.equal(forged.status, 403, forged.text);
         assert.match(forged.text, /kit_csrf/);
       });
 
       test("the person claims through the page; the account is CLAIMED and owned", async () => {
         const page = await aliceBrowser().get(claimUrl);
-        const done = await aliceBrowser().send("POST", `${MAIN.origin}${CLAIM}`, {
-          form: { token: field(page.text, "token"), csrf: field(page.text, "csrf") },
+        const done = await aliceBrowser().send("POST", `${MAIN.origin}${claimPath(token)}`, {
+          form: { csrf: field(page.text, "csrf") },
         });
         assert.equal(done.status, 200, done.text);
         assert.match(done.text, /Agent claimed/);
         const me = await main.signed(alice.agent, "GET", ME);
         assert.equal(me.status, 200, me.text);
-        assert.equal(me.json.account.state, "CLAIMED");
-        assert.deepEqual(me.json.account.owner.recipient, {
+        assert.equal(me.json.state, "CLAIMED");
+        assert.deepEqual(me.json.owner.identity, {
           type: "oidc",
           value: { issuer: "proto-trust", sub: subH },
         });
         const owned = await aliceBrowser().get(`${MAIN.origin}${OWNER}/accounts`);
         assert.equal(owned.json.accounts[0].relation, "owner");
-        const again = await aliceBrowser().send("POST", `${MAIN.origin}${CLAIM}`, { json: { token } });
+        const again = await aliceBrowser().send("POST", `${MAIN.origin}${claimPath(token)}`);
         ledger.expect(again, 409, "already_claimed");
         const claimedPage = await aliceBrowser().get(claimUrl);
         assert.equal(claimedPage.status, 409);
@@ -681,12 +784,12 @@ for (const engine of ENGINES) {
           json: { did: alice.agent.did, new_account_did: next.did },
         });
         assert.equal(rekeyed.status, 200, rekeyed.text);
-        assert.equal(rekeyed.json.account.did, next.did);
+        assert.equal(rekeyed.json.account.agent_did, next.did);
         assert.equal(rekeyed.json.account.state, "CLAIMED");
         ledger.expect(await main.signed(alice.agent, "GET", ME), 401, "revoked_key");
         const me = await main.signed(next, "GET", ME);
         assert.equal(me.status, 200, me.text);
-        assert.equal(me.json.account.id, alice.account.id);
+        assert.equal(me.json.account_id, alice.account.account_id);
         alice.agent = next;
       });
 
@@ -768,7 +871,7 @@ for (const engine of ENGINES) {
       assert.equal(await store.findAccountByDid(agent.did), undefined);
       const created = await free.signed(agent, "POST", ACCOUNTS);
       assert.equal(created.status, 201, created.text);
-      assert.equal(created.json.account.attested, null, "free: no attestation needed");
+      assert.equal((await store.findAccountByDid(agent.did))?.attestedIssuer, undefined, "free: no attestation needed");
       assert.equal((await free.signed(agent, "GET", ME)).status, 200);
     });
 
@@ -791,20 +894,16 @@ for (const engine of ENGINES) {
       const created = await limited.signed(agent, "GET", ME);
       assert.equal(created.status, 200, created.text);
       assert.equal(
-        created.json.account.expires_at,
-        new Date(Date.parse(created.json.account.created_at) + 3600_000).toISOString(),
+        created.json.unclaimed_expires_at,
+        new Date(Date.parse(created.json.created_at) + 3600_000).toISOString(),
       );
       const staged = await limited.signed(agent, "POST", INVITE, {
         body: { recipient: { type: "email", value: "ttl@example.com" } },
       });
-      assert.equal(staged.status, 201);
+      assert.equal(staged.status, 202);
       clock.advance(3601);
       ledger.expect(await limited.signed(agent, "GET", ME), 410, "account_expired");
-      ledger.expect(
-        await limited.request("POST", CLAIM, { body: { token: staged.json.invitation.claim_token } }),
-        410,
-        "account_expired",
-      );
+      ledger.expect(await limited.request("POST", claimPath(tokenOf(agent))), 410, "account_expired");
     });
 
     test("the service's own routes: guarded by the kit with Fastify, or untouched", async () => {
@@ -856,11 +955,16 @@ for (const engine of ENGINES) {
         assert.equal(error.code, "invalid_signature");
         return true;
       });
-      const response = errorToResponse(new ProtoError("invalid_signature", 401, "Signature verification failed"));
+      const refusal = new ProtoError("invalid_signature", 401, "Signature verification failed");
+      const response = main.kit.errorToResponse(refusal, new Request(url, { headers: { signature: "sig1=:AA==:" } }));
       assert.equal(response.status, 401);
       assert.deepEqual(await response.json(), {
         error: { code: "invalid_signature", message: "Signature verification failed" },
       });
+      assert.equal(
+        response.headers.get("www-authenticate"),
+        `Proto discovery="${MAIN.origin}/.well-known/proto", realm="${MAIN.did}", error=invalid_signature`,
+      );
 
       // The kit's endpoints as a Fetch handler.
       const meUrl = `${MAIN.origin}${ME}`;
@@ -874,7 +978,7 @@ for (const engine of ENGINES) {
       );
       assert.ok(me);
       assert.equal(me.status, 200);
-      assert.equal(((await me.json()) as { account: { did: string } }).account.did, agent.did);
+      assert.equal(((await me.json()) as { agent_did: string }).agent_did, agent.did);
       assert.equal(await main.kit.handle(new Request(`${MAIN.origin}/not-the-kit`)), undefined);
       const discovery = await main.kit.handle(new Request(`${MAIN.origin}/.well-known/proto`));
       assert.equal(discovery?.status, 200);

@@ -13,6 +13,15 @@ export {
   VERIFICATION_METHODS,
 } from "./attestation.js";
 export { decodeBase64url, encodeBase64url, isBase64url } from "./base64url.js";
+export type { Challenge, ProtoChallenge } from "./challenge.js";
+export {
+  appendChallenge,
+  attemptedProtocol,
+  CHALLENGE_SCHEME,
+  findProtoChallenge,
+  formatProtoChallenge,
+  parseWwwAuthenticate,
+} from "./challenge.js";
 export type { DidParseResult, DidUrlComponent, ParsedDid, ParsedDidKey, ParsedDidWeb } from "./did.js";
 export { didUrlComponent, didWebHost, didWebMatchesHost, isDidSyntax, MAX_DID_LENGTH, parseDid } from "./did.js";
 export type { DidKeyErrorCode } from "./did-key.js";

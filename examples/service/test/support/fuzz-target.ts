@@ -24,7 +24,7 @@ export interface RunningTarget extends FuzzTarget {
 export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/\.well-known\/proto-registry-proof$/, "asset"],
   [/^\/\.well-known\/proto$/, "api"],
-  [/^\/proto\/v1\/claim$/, "dual"],
+  [/^\/proto\/v1\/claim\/[^/]+$/, "dual"],
   [/^\/proto\/v1\//, "api"],
   [/^\/proto\/owner\/(signout|accounts)/, "api"],
   [/^\/notes$/, "api"],
@@ -88,7 +88,7 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
       examples: {
         "POST /notes": { body: { text: "a note" } },
         "GET /proto/claim": { query: { token: "a-claim-token" } },
-        "POST /proto/v1/claim": { body: { token: "a-claim-token", csrf: "a-csrf-token" } },
+        "POST /proto/v1/claim/:token": { body: { csrf: "a-csrf-token" } },
         "GET /proto/owner/signin": { query: { attestor: "proto-trust", return_to: "/owner" } },
         "GET /proto/owner/callback": { query: { state: "state-1", code: "a-code" } },
         "POST /proto/owner/accounts/revoke": { body: { did } },

@@ -53,6 +53,8 @@ function toInvitation(row: Record<string, unknown>, prefix = ""): InvitationReco
     expiresAt: num(row[`${prefix}expires_at`]),
     status: row[`${prefix}status`] as InvitationStatus,
     resolvedAt: optNum(row[`${prefix}resolved_at`]),
+    redirectUrl: (row[`${prefix}redirect_url`] as string | null | undefined) ?? undefined,
+    signedInAt: optNum(row[`${prefix}signed_in_at`]),
   };
 }
 
@@ -121,6 +123,8 @@ export class KyselyKitStore implements KitStore {
         "i.expires_at as inv_expires_at",
         "i.status as inv_status",
         "i.resolved_at as inv_resolved_at",
+        "i.redirect_url as inv_redirect_url",
+        "i.signed_in_at as inv_signed_in_at",
       ]) as unknown as SelectQueryBuilder<KitDatabase & { a: KitDatabase["kit_accounts"] }, "a", AccountRow>;
   }
 
@@ -282,6 +286,7 @@ export class KyselyKitStore implements KitStore {
     tokenHash: string;
     recipient: Recipient;
     recipientKey: string;
+    redirectUrl?: string | undefined;
     now: number;
     expiresAt: number;
   }): Promise<InvitationRecord> {
@@ -295,6 +300,8 @@ export class KyselyKitStore implements KitStore {
       expires_at: input.expiresAt,
       status: "pending",
       resolved_at: null,
+      redirect_url: input.redirectUrl ?? null,
+      signed_in_at: null,
     };
     // Concurrent replacements for one account queue on the account row (PostgreSQL; SQLite runs
     // one write transaction at a time), so each replaces the previous one. Should one still meet

@@ -90,6 +90,20 @@ function initial(engine: Engine): Migration {
   };
 }
 
+/**
+ * Invitations remember where to send the person after the claim (`redirect_url`, upstream §7.2),
+ * and when the e-mail link of an `email` invitation was used to sign in (it works once).
+ */
+function invitationRedirectAndEmailSignIn(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql.raw("alter table kit_invitations add column redirect_url text").execute(db);
+      await sql.raw(`alter table kit_invitations add column signed_in_at ${bigint}`).execute(db);
+    },
+  };
+}
+
 export function kitMigrations(engine: Engine): Record<string, Migration> {
-  return { "0001_initial": initial(engine) };
+  return { "0001_initial": initial(engine), "0002_invitation_redirect": invitationRedirectAndEmailSignIn(engine) };
 }

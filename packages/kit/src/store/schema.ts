@@ -50,6 +50,10 @@ export interface KitInvitationsTable {
   /** `pending`, `replaced` or `claimed`. */
   status: string;
   resolved_at: number | null;
+  /** Where the claim page sends the person after the claim (on the operator's allow-list). */
+  redirect_url: string | null;
+  /** When the e-mail link of an `email` invitation signed its recipient in (once). */
+  signed_in_at: number | null;
 }
 
 export interface KitSessionsTable {

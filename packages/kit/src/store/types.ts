@@ -21,6 +21,10 @@ export interface InvitationRecord {
   expiresAt: number;
   status: InvitationStatus;
   resolvedAt: number | undefined;
+  /** Where the claim page sends the person after the claim (on the operator's allow-list). */
+  redirectUrl: string | undefined;
+  /** When the e-mail link of an `email` invitation signed its recipient in (it works once). */
+  signedInAt: number | undefined;
 }
 
 export interface AccountRecord {
@@ -123,6 +127,7 @@ export interface KitStore {
     tokenHash: string;
     recipient: Recipient;
     recipientKey: string;
+    redirectUrl?: string | undefined;
     now: number;
     expiresAt: number;
   }): Promise<InvitationRecord>;

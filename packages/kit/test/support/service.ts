@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { signRequest } from "@proto/protocol";
+import { findProtoChallenge, signRequest } from "@proto/protocol";
 import Fastify, { type FastifyInstance } from "fastify";
 import { agentRoute, createKit, createService, type Kit, type KitOptions } from "../../src/index.js";
 import type { Answer } from "./attestor.js";
@@ -47,6 +47,8 @@ export async function startService(options: KitOptions, clock: TestClock): Promi
     note: request.body,
   }));
   app.get("/api/whoami", agentRoute(kit), async (request) => ({ did: request.proto?.did }));
+  // Optional authentication (upstream §5.8): anonymous callers welcome, signed ones recognised.
+  app.get("/api/maybe", agentRoute(kit, { optional: true }), async (request) => ({ did: request.proto?.did ?? null }));
   app.post("/api/plain", async (request) => ({ echo: request.body }));
   await app.ready();
   const origin = new URL(options.publicUrl).origin;
@@ -142,6 +144,15 @@ export class CodeLedger {
     assert.equal(answer.json.error.code, code, answer.text);
     assert.equal(typeof answer.json.error.message, "string");
     assert.ok(answer.json.error.message.length > 0);
+    if (status === 401) {
+      // Upstream §5.7: every 401 carries the Proto challenge; `error` only names this code.
+      const challenge = findProtoChallenge(answer.headers.get("www-authenticate"));
+      assert.ok(challenge, `${code}: a 401 without the Proto challenge`);
+      assert.match(challenge.discovery, /^https:\/\/[^/]+\/\.well-known\/proto$/);
+      if (challenge.error !== undefined) assert.equal(challenge.error, code);
+      if (code === "attestation_required" || code === "invalid_attestation") assert.ok(challenge.attestors);
+      if (code === "owner_authentication_required") assert.match(challenge.ownerLogin ?? "", /\/signin$/);
+    }
     this.record(code, status);
   }
 

@@ -1,0 +1,147 @@
+/**
+ * Request authentication (upstream §5), implicit signup (§6.3), the attested_only gate (§9.2) and
+ * attested sessions (§10.7): from a signed request to the account it acts for.
+ */
+import { ATTESTATION_HEADER, protoError, type RequestVerifier, rateLimitExceeded } from "@proto/protocol";
+import type { AttestorRegistry, KitAttestation } from "./attestors.js";
+import type { AgentContext, ResolvedOptions } from "./core.js";
+import type { KitRequest } from "./http.js";
+import type { RateLimiter } from "./rate-limit.js";
+import { parseJsonObject } from "./request-body.js";
+import { accountExpiresAt, toAccountResource } from "./resource.js";
+import type { AccountRecord, AttestationUpdate, KitStore } from "./store/types.js";
+
+export const RATE_WINDOW_SECONDS = 3600;
+
+export interface AgentAuthenticatorDeps {
+  verifier: RequestVerifier;
+  attestors: AttestorRegistry;
+  store: KitStore;
+  limiter: RateLimiter;
+  options: ResolvedOptions;
+  now: () => number;
+}
+
+export class AgentAuthenticator {
+  readonly #deps: AgentAuthenticatorDeps;
+
+  constructor(deps: AgentAuthenticatorDeps) {
+    this.#deps = deps;
+  }
+
+  async authenticate(request: KitRequest, route: string, explicitSignup = false): Promise<AgentContext> {
+    const { verifier, attestors, store, options } = this.#deps;
+    const signature = await verifier.verify({
+      method: request.method,
+      url: request.url.href,
+      headers: request.headers,
+      body: request.body,
+    });
+    const did = signature.keyid;
+    const jwt = request.headers.get(ATTESTATION_HEADER);
+    const attestation = jwt === null ? undefined : await attestors.verify(jwt, did);
+    const now = this.#deps.now();
+    let record = await store.findAccountByDid(did);
+    let created = false;
+    if (record === undefined) {
+      if (options.mode === "denied" || (!explicitSignup && !options.implicitSignup)) {
+        throw protoError("unknown_account", {
+          message:
+            options.mode === "denied"
+              ? "this service does not accept unclaimed signups"
+              : "no account for this DID; sign up first",
+        });
+      }
+      // attested_only: refused before any state change (no account, no person, no counter).
+      if (options.mode === "attested_only" && (attestation === undefined || attestation.subH === undefined)) {
+        throw protoError("attestation_required", {
+          message:
+            attestation === undefined
+              ? "signup needs a Proto-Attestation from an accepted attestor"
+              : "the attestation asserts no verified human",
+        });
+      }
+      await this.#rateLimit(route, did, options.unclaimedLimit, now);
+      const person =
+        attestation?.subH === undefined
+          ? undefined
+          : await store.upsertPerson(attestation.canonicalIssuer, attestation.subH, now);
+      ({ account: record, created } = await store.createAccount({
+        did,
+        now,
+        personId: person?.id,
+        attestation: attestation === undefined ? undefined : this.#attestationUpdate(attestation, now),
+      }));
+    } else {
+      const expiresAt = accountExpiresAt(record, options.ttlSeconds);
+      if (expiresAt !== undefined && now >= expiresAt) {
+        throw protoError("account_expired", { message: "this unclaimed account expired" });
+      }
+      const claimed = record.claimedAt !== undefined;
+      await this.#rateLimit(route, did, claimed ? options.claimedLimit : options.unclaimedLimit, now);
+      if (attestation !== undefined) {
+        record = await this.#renewAttestation(record, attestation, now);
+      } else if (this.#sessionEnforced(record) && !(record.attestedUntil !== undefined && record.attestedUntil > now)) {
+        throw protoError("attestation_required", {
+          message: "the attested session lapsed; present a fresh Proto-Attestation",
+        });
+      }
+    }
+    const account = toAccountResource(record, now, options.ttlSeconds);
+    const body = signature.body;
+    return {
+      did,
+      account,
+      record,
+      created,
+      attestation,
+      signature,
+      body,
+      json: () => parseJsonObject(body),
+    };
+  }
+
+  #sessionEnforced(record: AccountRecord): boolean {
+    const options = this.#deps.options;
+    return options.attestedSession !== undefined && options.mode === "attested_only" && record.claimedAt === undefined;
+  }
+
+  #attestationUpdate(attestation: KitAttestation, now: number): AttestationUpdate {
+    const exp = attestation.expiresAt * 1000;
+    const session = this.#deps.options.attestedSession;
+    const until = session?.mode === "extended" ? Math.max(exp, now + session.seconds * 1000) : exp;
+    return { issuer: attestation.canonicalIssuer, verification: attestation.verification, at: now, until };
+  }
+
+  async #renewAttestation(record: AccountRecord, attestation: KitAttestation, now: number): Promise<AccountRecord> {
+    const store = this.#deps.store;
+    const update = this.#attestationUpdate(attestation, now);
+    const extended = this.#deps.options.attestedSession?.mode === "extended";
+    const needsPerson = record.personId === undefined && attestation.subH !== undefined;
+    const previous = record.attestedUntil ?? 0;
+    // One write per new attestation (strict), at most one a minute while re-presenting (extended).
+    if (!needsPerson && update.until <= previous + (extended ? 60_000 : 0)) return record;
+    const person =
+      needsPerson && attestation.subH !== undefined
+        ? await store.upsertPerson(attestation.canonicalIssuer, attestation.subH, now)
+        : undefined;
+    const until = Math.max(update.until, previous);
+    await store.recordAttestation(record.id, person?.id, { ...update, until });
+    return {
+      ...record,
+      personId: record.personId ?? person?.id,
+      attestedIssuer: update.issuer,
+      attestedVerification: update.verification,
+      attestedAt: update.at,
+      attestedUntil: until,
+    };
+  }
+
+  async #rateLimit(route: string, did: string, limit: number | undefined, now: number): Promise<void> {
+    if (limit === undefined) return;
+    const decision = await this.#deps.limiter.hit(`${route}\n${did}`, limit, RATE_WINDOW_SECONDS, now);
+    if (!decision.allowed) {
+      throw rateLimitExceeded(decision.retryAfterSeconds, `at most ${limit} requests an hour on this route`);
+    }
+  }
+}
