@@ -1,3 +1,5 @@
+export type { Account, AccountState, Invitation, OwnerRecipient } from "./account.js";
+export { getAccount, inviteOwner, signUp } from "./account.js";
 export type { AgentOptions } from "./agent.js";
 export { Agent } from "./agent.js";
 export type {

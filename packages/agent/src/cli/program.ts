@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { isDidSyntax } from "@proto/protocol";
 import { Command, CommanderError, Option } from "commander";
+import { type Account, getAccount, inviteOwner, type OwnerRecipient } from "../account.js";
 import { Agent } from "../agent.js";
 import {
   checkDiscoveryUrl,
@@ -333,6 +334,68 @@ function buildProgram(
       },
     );
 
+  // --- account ---
+
+  const account = program.command("account").description("this agent's account at a service (upstream §6-§7)");
+  const accountLines = (acct: Account) => [
+    `${acct.state} account ${acct.account_id} for ${acct.agent_did}`,
+    `  created   ${acct.created_at}`,
+    ...(acct.unclaimed_expires_at === undefined ? [] : [`  expires   ${acct.unclaimed_expires_at} unless claimed`]),
+    ...(acct.owner === null
+      ? []
+      : [`  owner     ${describeIdentity(acct.owner.identity)} since ${acct.owner.claimed_at}`]),
+  ];
+  leaf(account, "show", "show the account (signing up implicitly where the service allows it)")
+    .argument("<url>", "the service: any https URL on it")
+    .option("--attestor <url>", "attestor base URL (for attested_only services)")
+    .action(async (url: string, options: CommonOptions & { attestor?: string }) => {
+      const out = makeOutput(options.json === true);
+      const client = await agent().service(url, { attestorUrl: options.attestor, signal: context.signal });
+      const acct = await getAccount(client, context.signal);
+      out.result(acct, accountLines(acct));
+    });
+  leaf(account, "invite", "invite the person who may claim the account (they prove who they are to the service)")
+    .argument("<url>", "the service: any https URL on it")
+    .option("--email <address>", "an e-mail recipient: the service mails them a link")
+    .option("--oidc <issuer> <subject>", "an OpenID recipient: issuer URL and subject, space-separated")
+    .option("--redirect-url <url>", "where the service sends the person after the claim (its allow-list decides)")
+    .option("--attestor <url>", "attestor base URL (for attested_only services)")
+    .action(
+      async (
+        url: string,
+        options: CommonOptions & { email?: string; oidc?: string; redirectUrl?: string; attestor?: string },
+      ) => {
+        const out = makeOutput(options.json === true);
+        if ((options.email === undefined) === (options.oidc === undefined)) {
+          throw new UsageError(
+            "invalid_argument",
+            "give exactly one recipient: --email ADDRESS or --oidc ISSUER SUBJECT",
+          );
+        }
+        let recipient: OwnerRecipient;
+        if (options.email !== undefined) {
+          recipient = { email: options.email };
+        } else {
+          const [issuer, sub, ...rest] = (options.oidc ?? "").trim().split(/\s+/);
+          if (issuer === undefined || sub === undefined || rest.length > 0) {
+            throw new UsageError("invalid_argument", '--oidc takes "ISSUER SUBJECT" (one argument, quoted)');
+          }
+          recipient = { recipient: { type: "oidc", value: { issuer, sub } } };
+        }
+        const client = await agent().service(url, { attestorUrl: options.attestor, signal: context.signal });
+        const invitation = await inviteOwner(client, recipient, {
+          ...(options.redirectUrl === undefined ? {} : { redirectUrl: options.redirectUrl }),
+          signal: context.signal,
+        });
+        out.result(invitation, [
+          `Invitation ${invitation.invitation_id} staged; the account is ${invitation.state} until ${invitation.expires_at}`,
+          invitation.claim_url === undefined
+            ? "  the service sends the claim link to the recipient itself"
+            : `  hand this link to the recipient: ${invitation.claim_url}`,
+        ]);
+      },
+    );
+
   // --- directory ---
 
   const directory = program.command("directory").description("list a service in the directory, and read it");
@@ -589,4 +652,14 @@ function waitForEnter(context: RunContext, prompt: string): Promise<void> {
 
 function isoOf(unixSeconds: number): string {
   return new Date(unixSeconds * 1000).toISOString();
+}
+
+/** A recipient identity in one line: `e-mail alice@example.com`, `oidc https://issuer subject`. */
+function describeIdentity(identity: { type: string; value: unknown }): string {
+  const value = identity.value;
+  if (typeof value === "string") return `${identity.type} ${value}`;
+  if (typeof value === "object" && value !== null && "issuer" in value && "sub" in value) {
+    return `${identity.type} ${String(value.issuer)} ${String(value.sub)}`;
+  }
+  return `${identity.type} ${JSON.stringify(value)}`;
 }

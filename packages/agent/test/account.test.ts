@@ -1,0 +1,127 @@
+/**
+ * The agent's account at a service built on our kit (upstream §6.4, §6.5, §7.2), over real HTTPS:
+ * the SDK reads the upstream shapes, and `proto account show|invite` prints them.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { createKit, createService, type InvitationEvent, type Kit, protoServerOptions } from "@proto/kit";
+import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
+import Fastify, { type FastifyInstance } from "fastify";
+import { AgentIdentity, getAccount, inviteOwner, ServerError, ServiceClient, signUp } from "../src/index.js";
+import { closedPort, jsonOf, runCli, tempHome } from "./support/env.js";
+
+describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
+  let kit: Kit;
+  let app: FastifyInstance;
+  let fetch: TestFetch;
+  let caFile: string;
+  let origin: string;
+  const invitations: InvitationEvent[] = [];
+
+  before(async () => {
+    const ca = await createTestCA();
+    caFile = ca.writeCertFile();
+    const { certPem, keyPem } = await ca.issue(["localhost"]);
+    // A port chosen before listening: the kit's public URL names it.
+    const port = await closedPort();
+    origin = `https://localhost:${port}`;
+    kit = await createKit({
+      publicUrl: origin,
+      discovery: {
+        service_did: `did:web:localhost%3A${port}`,
+        billing: { unclaimed_mode: "free" },
+        recipient_types: ["email", "oidc"],
+        limits: { unclaimed_ttl_seconds: 86400, unclaimed_rate_limit_per_hour: 1000 },
+      },
+      database: "sqlite::memory:",
+      onInvitation: (event) => {
+        invitations.push(event);
+      },
+    });
+    app = Fastify({ ...protoServerOptions(), https: { key: keyPem, cert: certPem } });
+    await app.register(createService(kit));
+    await app.listen({ port, host: "127.0.0.1" });
+    fetch = testFetch(ca);
+  });
+
+  after(async () => {
+    await app?.close();
+    await kit?.close();
+    await fetch?.close();
+  });
+
+  const connect = (identity: AgentIdentity) => ServiceClient.connect(origin, { identity, fetch });
+
+  test("SDK: signup, introspection and invitations in upstream's shapes", async () => {
+    const identity = AgentIdentity.generate();
+    const client = await connect(identity);
+    const created = await signUp(client);
+    assert.equal(created.agent_did, identity.did);
+    assert.equal(created.state, "UNCLAIMED");
+    assert.equal(created.owner, null);
+    assert.ok(created.unclaimed_expires_at, "the service declares a TTL");
+    const me = await getAccount(client);
+    assert.equal(me.account_id, created.account_id);
+
+    const byMail = await inviteOwner(client, { email: "Owner@Example.com" });
+    assert.equal(byMail.state, "INVITED");
+    assert.match(byMail.invitation_id, /^inv_/);
+    assert.equal(byMail.claim_url, undefined, "an e-mail link is the proof of the mailbox: it goes by mail only");
+    assert.equal(invitations.at(-1)?.recipient.value, "owner@example.com");
+    assert.equal((await getAccount(client)).state, "INVITED");
+
+    const byOidc = await inviteOwner(client, {
+      recipient: { type: "oidc", value: { issuer: "https://id.example", sub: "alice" } },
+    });
+    assert.equal(byOidc.claim_url, invitations.at(-1)?.claimUrl);
+
+    await assert.rejects(
+      inviteOwner(client, { recipient: { type: "phone", value: "+14155550173" } }),
+      (error: unknown) =>
+        error instanceof ServerError && error.code === "unsupported_recipient_type" && error.status === 400,
+    );
+  });
+
+  test("CLI: `proto account show` and `proto account invite`, as text and as JSON", async () => {
+    const home = tempHome();
+    const options = { home, caFile };
+    assert.equal((await runCli(["init"], options)).code, 0);
+    const did = jsonOf(await runCli(["whoami", "--json"], options)).did;
+
+    const shown = await runCli(["account", "show", origin], options);
+    assert.equal(shown.code, 0, shown.stderr);
+    assert.match(shown.stdout, new RegExp(`^UNCLAIMED account acct_\\S+ for ${did}$`, "m"));
+    assert.match(shown.stdout, /^ {2}expires {3}\d{4}-\d\d-\d\dT.* unless claimed$/m);
+
+    const invited = await runCli(["account", "invite", origin, "--email", "owner@example.com"], options);
+    assert.equal(invited.code, 0, invited.stderr);
+    assert.match(invited.stdout, /^Invitation inv_\S+ staged; the account is INVITED until /m);
+    assert.match(invited.stdout, /the service sends the claim link to the recipient itself/);
+
+    const oidc = jsonOf(
+      await runCli(["account", "invite", origin, "--oidc", "https://id.example alice", "--json"], options),
+    );
+    assert.equal(oidc.state, "INVITED");
+    assert.equal(oidc.claim_url, invitations.at(-1)?.claimUrl);
+
+    const json = jsonOf(await runCli(["account", "show", origin, "--json"], options));
+    assert.deepEqual(Object.keys(json).sort(), [
+      "account_id",
+      "agent_did",
+      "created_at",
+      "owner",
+      "state",
+      "unclaimed_expires_at",
+    ]);
+
+    const both = await runCli(["account", "invite", origin, "--email", "a@example.com", "--oidc", "x y"], options);
+    assert.equal(both.code, 2, both.stderr);
+    assert.match(both.stderr, /exactly one recipient/);
+    const refused = await runCli(
+      ["account", "invite", origin, "--email", "a@example.com", "--redirect-url", "https://evil.example/"],
+      options,
+    );
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.stderr, /malformed_request: redirect_url must be on an allowed origin/);
+  });
+});
