@@ -193,19 +193,27 @@ export class ServiceClient {
     const bytes = request.body === null ? undefined : new Uint8Array(await request.arrayBuffer());
     const body = bytes !== undefined && bytes.length > 0 ? bytes : undefined;
 
-    const exchange = async (attest: boolean): Promise<HttpResponse> => {
+    // Each exchange signs anew: a retry carries a fresh nonce and `created`.
+    const exchange = async (attest: boolean, fresh = false): Promise<HttpResponse> => {
       const headers = new Headers(request.headers);
       const signed = this.identity.signRequest({ method: request.method, url: url.href, body }, { now: this.#now });
       for (const [name, value] of Object.entries(signed.headers)) headers.set(name, value);
-      if (attest)
-        headers.set(ATTESTATION_HEADER, (await this.#attestor().token(this.did, { signal: request.signal })).jwt);
+      if (attest) {
+        const token = await this.#attestor().token(this.did, { fresh, signal: request.signal });
+        headers.set(ATTESTATION_HEADER, token.jwt);
+      }
       return this.#http.request(url.href, { method: request.method, headers, body, signal: request.signal });
     };
 
     const attested = this.discovery.attestedOnly;
     const response = await exchange(attested);
-    if (!attested && this.#retry && this.attestor !== undefined && response.status === 401) {
-      if (refusalCode(response) === "attestation_required") return { response: await exchange(true), attested: true };
+    // One mint and one retry when the service wants an attestation: the request went without one,
+    // or the service's attested session (upstream §10.7) lapsed despite the cached token. Refusals
+    // of the mint itself (binding_revoked, binding_expired, service_suspended) are final.
+    if (this.#retry && this.attestor !== undefined && response.status === 401) {
+      if (refusalCode(response) === "attestation_required") {
+        return { response: await exchange(true, attested), attested: true };
+      }
     }
     return { response, attested };
   }

@@ -19,6 +19,8 @@ export interface AgentAuthenticatorDeps {
   store: KitStore;
   limiter: RateLimiter;
   options: ResolvedOptions;
+  /** `billing.accepted_attestors`: named in the details of `attestation_required` (upstream §9.2). */
+  acceptedAttestors: readonly string[];
   now: () => number;
 }
 
@@ -54,12 +56,12 @@ export class AgentAuthenticator {
       }
       // attested_only: refused before any state change (no account, no person, no counter).
       if (options.mode === "attested_only" && (attestation === undefined || attestation.subH === undefined)) {
-        throw protoError("attestation_required", {
-          message:
-            attestation === undefined
-              ? "signup needs a Proto-Attestation from an accepted attestor"
-              : "the attestation asserts no verified human",
-        });
+        throw this.#attestationRequired(
+          attestation === undefined ? "signup" : "no_verified_human",
+          attestation === undefined
+            ? "signup needs a Proto-Attestation from an accepted attestor"
+            : "the attestation asserts no verified human",
+        );
       }
       await this.#rateLimit(route, did, options.unclaimedLimit, now);
       const person =
@@ -81,10 +83,11 @@ export class AgentAuthenticator {
       await this.#rateLimit(route, did, claimed ? options.claimedLimit : options.unclaimedLimit, now);
       if (attestation !== undefined) {
         record = await this.#renewAttestation(record, attestation, now);
-      } else if (this.#sessionEnforced(record) && !(record.attestedUntil !== undefined && record.attestedUntil > now)) {
-        throw protoError("attestation_required", {
-          message: "the attested session lapsed; present a fresh Proto-Attestation",
-        });
+      } else if (this.#sessionEnforced() && !(record.attestedUntil !== undefined && record.attestedUntil > now)) {
+        throw this.#attestationRequired(
+          "attested_session_lapsed",
+          "the attested session lapsed; present a fresh Proto-Attestation",
+        );
       }
     }
     const account = toAccountResource(record, now, options.ttlSeconds);
@@ -101,9 +104,21 @@ export class AgentAuthenticator {
     };
   }
 
-  #sessionEnforced(record: AccountRecord): boolean {
+  /** Upstream §10.7: on an `attested_only` service the window applies to every account, claimed or not. */
+  #sessionEnforced(): boolean {
     const options = this.#deps.options;
-    return options.attestedSession !== undefined && options.mode === "attested_only" && record.claimedAt === undefined;
+    return options.attestedSession !== undefined && options.mode === "attested_only";
+  }
+
+  /** `attestation_required`, naming the attestation it needs in `details` (upstream §9.2). */
+  #attestationRequired(reason: string, message: string) {
+    return protoError("attestation_required", {
+      message,
+      details: {
+        reason,
+        attestation: { header: "Proto-Attestation", accepted_attestors: [...this.#deps.acceptedAttestors] },
+      },
+    });
   }
 
   #attestationUpdate(attestation: KitAttestation, now: number): AttestationUpdate {

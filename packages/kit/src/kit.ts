@@ -236,6 +236,7 @@ export class Kit {
       limiter:
         limiter === "store" ? new StoreRateLimiter(store) : limiter === "memory" ? new MemoryRateLimiter() : limiter,
       options: this.#options,
+      acceptedAttestors: accepted,
       now: this.#now,
     });
     const onError = options.onError ?? ((error: unknown) => console.error("proto kit:", error));

@@ -368,6 +368,11 @@ for (const engine of ENGINES) {
       const lapsed = await main.signed(agent, "GET", ME);
       ledger.expect(lapsed, 401, "attestation_required");
       assert.match(lapsed.json.error.message, /lapsed/);
+      assert.deepEqual(lapsed.json.error.details, {
+        reason: "attested_session_lapsed",
+        attestation: { header: "Proto-Attestation", accepted_attestors: ["proto-trust"] },
+      });
+      assert.deepEqual(findProtoChallenge(lapsed.headers.get("www-authenticate"))?.attestors, ["proto-trust"]);
       const renewed = await main.signed(agent, "GET", ME, { attestation: await attestor.mint(agent, MAIN.did) });
       assert.equal(renewed.status, 200, renewed.text);
       assert.ok(((await store.findAccountByDid(agent.did))?.attestedUntil ?? 0) > clock.now());
@@ -741,6 +746,22 @@ for (const engine of ENGINES) {
         ledger.expect(again, 409, "already_claimed");
         const claimedPage = await aliceBrowser().get(claimUrl);
         assert.equal(claimedPage.status, 409);
+      });
+
+      test("a claimed account's attested session lapses too (upstream §10.7); a fresh attestation reopens it", async () => {
+        const record = await store.findAccountByDid(alice.agent.did);
+        assert.ok(record?.claimedAt !== undefined && record.attestedUntil !== undefined);
+        clock.advance((record.attestedUntil - clock.now()) / 1000 + 1);
+        const lapsed = await main.signed(alice.agent, "GET", ME);
+        ledger.expect(lapsed, 401, "attestation_required");
+        assert.equal(lapsed.json.error.details.reason, "attested_session_lapsed");
+        const back = await main.signed(alice.agent, "GET", ME, {
+          attestation: await attestor.mint(alice.agent, MAIN.did),
+        });
+        assert.equal(back.status, 200, back.text);
+        assert.equal(back.json.state, "CLAIMED");
+        // The time moved on: the owner signs in again for the owner operations that follow.
+        assert.equal((await signIn(aliceBrowser(), alice.email)).status, 200);
       });
 
       test("after the claim the agent key alone cannot invite or re-key", async () => {

@@ -140,7 +140,15 @@ export class CodeLedger {
     assert.equal(answer.status, status, `${code}: ${answer.text}`);
     assert.match(answer.headers.get("content-type") ?? "", /^application\/json/);
     assert.deepEqual(Object.keys(answer.json), ["error"], answer.text);
-    assert.deepEqual(Object.keys(answer.json.error).sort(), ["code", "message"], answer.text);
+    const keys = Object.keys(answer.json.error).sort();
+    // `details` only where the kit names something structured (upstream §9.2, §11.1).
+    if (code === "attestation_required") {
+      assert.deepEqual(keys, ["code", "details", "message"], answer.text);
+      assert.equal(answer.json.error.details.attestation.header, "Proto-Attestation");
+      assert.ok(Array.isArray(answer.json.error.details.attestation.accepted_attestors));
+    } else {
+      assert.deepEqual(keys, ["code", "message"], answer.text);
+    }
     assert.equal(answer.json.error.code, code, answer.text);
     assert.equal(typeof answer.json.error.message, "string");
     assert.ok(answer.json.error.message.length > 0);
