@@ -29,6 +29,7 @@ export type {
   DiscoveryValidationResult,
   DiscoveryX402,
   SignatureAlgorithm,
+  SignedEndpoint,
   UnclaimedMode,
 } from "./discovery.js";
 export {
@@ -37,7 +38,10 @@ export {
   DISCOVERY_SCHEMA,
   DISCOVERY_SCHEMA_ID,
   DiscoveryIncompatibleError,
+  InvalidEndpointError,
   PROTO_VERSION,
+  resolveEndpoint,
+  SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
 } from "./discovery.js";
 export { ED25519_KEY_LENGTH, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey, seedOfPrivateKey } from "./ed25519.js";
