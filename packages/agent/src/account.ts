@@ -61,11 +61,6 @@ function readAccount(response: HttpResponse): Account {
   return body as Account;
 }
 
-function endpoint(client: ServiceClient, name: "accounts" | "owner_invitation"): string {
-  const value = client.discovery.document.endpoints[name];
-  return new URL(value, `${client.origin}/`).href;
-}
-
 async function exchange(client: ServiceClient, url: string, init: RequestInit): Promise<HttpResponse> {
   const { response } = await client.send(url, init);
   if (!isOk(response.status)) throw errorFromResponse(response, serviceError);
@@ -74,8 +69,9 @@ async function exchange(client: ServiceClient, url: string, init: RequestInit): 
 
 /** `GET {accounts}/me`: the account this agent's key answers to (created by implicit signup). */
 export async function getAccount(client: ServiceClient, signal?: AbortSignal): Promise<Account> {
-  const base = endpoint(client, "accounts").replace(/\/+$/, "");
-  return readAccount(await exchange(client, `${base}/me`, { method: "GET", ...(signal ? { signal } : {}) }));
+  return readAccount(
+    await exchange(client, client.endpoint("accounts", "/me"), { method: "GET", ...(signal ? { signal } : {}) }),
+  );
 }
 
 /** `POST {accounts}`: explicit signup (201 created, 200 when it existed). */
@@ -85,7 +81,7 @@ export async function signUp(
 ): Promise<Account> {
   const body = options.termsVersion === undefined ? {} : { terms_version: options.termsVersion };
   return readAccount(
-    await exchange(client, endpoint(client, "accounts"), {
+    await exchange(client, client.endpoint("accounts"), {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify(body),
@@ -104,7 +100,7 @@ export async function inviteOwner(
     ...recipient,
     ...(options.redirectUrl === undefined ? {} : { redirect_url: options.redirectUrl }),
   };
-  const response = await exchange(client, endpoint(client, "owner_invitation"), {
+  const response = await exchange(client, client.endpoint("owner_invitation"), {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(body),

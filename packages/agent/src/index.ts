@@ -54,7 +54,7 @@ export {
 } from "./http.js";
 export type { PrivateKeyExport, PublicKeyExport, RequestSignOptions } from "./identity.js";
 export { AgentIdentity } from "./identity.js";
-export type { ServiceClientOptions, ServiceDiscovery, ServiceResponse } from "./service.js";
+export type { ResolvedEndpoints, ServiceClientOptions, ServiceDiscovery, ServiceResponse } from "./service.js";
 export { DISCOVERY_PATH, discoverService, ServiceClient, serviceOrigin } from "./service.js";
 export type {
   AgentConfig,

@@ -8,7 +8,10 @@ import {
   type DiscoveryDocument,
   didWebMatchesHost,
   findProtoChallenge,
+  InvalidEndpointError,
   parseErrorEnvelope,
+  resolveEndpoint,
+  SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
 } from "@proto/protocol";
 import type { AttestorClient } from "./attestor.js";
@@ -36,6 +39,21 @@ export interface ServiceDiscovery {
   did: string;
   /** `billing.unclaimed_mode` is `attested_only`: requests carry `Proto-Attestation`. */
   attestedOnly: boolean;
+  /**
+   * Every endpoint of the document as an absolute URL: paths resolved against `origin`, absolute
+   * URLs as given (they may name another host). Members that are not URLs are left out.
+   */
+  endpoints: ResolvedEndpoints;
+}
+
+export interface ResolvedEndpoints {
+  accounts: string;
+  owner_invitation: string;
+  claim_page?: string;
+  claim_completion: string;
+  key_rotation?: string;
+  /** Endpoints this version does not know (forward compatibility), resolved the same way. */
+  [name: string]: string | undefined;
 }
 
 const serviceError = (init: ServerErrorInit) => new ServerError(init);
@@ -106,7 +124,29 @@ export async function discoverService(
     document,
     did: document.service_did,
     attestedOnly: document.billing?.unclaimed_mode === "attested_only",
+    endpoints: resolveEndpoints(document, origin, discoveryUrl),
   };
+}
+
+/**
+ * A valid document's signed endpoints always resolve (the schema holds only values that do); the
+ * claim page and endpoints of later versions are for people or unknown, so one that does not
+ * resolve is left out rather than failing the service.
+ */
+function resolveEndpoints(document: DiscoveryDocument, origin: string, discoveryUrl: string): ResolvedEndpoints {
+  const resolved: Record<string, string> = {};
+  for (const [name, value] of Object.entries(document.endpoints)) {
+    if (typeof value !== "string") continue;
+    try {
+      resolved[name] = resolveEndpoint(origin, value).href;
+    } catch (error) {
+      if (!(error instanceof InvalidEndpointError)) throw error;
+      if ((SIGNED_ENDPOINTS as readonly string[]).includes(name)) {
+        throw new DiscoveryError("discovery_invalid", discoveryUrl, [`endpoints.${name}: ${error.message}`]);
+      }
+    }
+  }
+  return resolved as ResolvedEndpoints;
 }
 
 export interface ServiceClientOptions extends HttpOptions {
@@ -138,12 +178,15 @@ export class ServiceClient {
   readonly #http: HttpClient;
   readonly #now: () => number;
   readonly #retry: boolean;
+  /** Where this client sends signatures and attestations. */
+  readonly #origins: ReadonlySet<string>;
 
   /**
    * A `fetch` for this service: signs every request (RFC 9421, through `@proto/protocol`), adds
    * `Proto-Attestation` for `attested_only` services, never follows redirects, and refuses URLs
-   * outside the service origin. Relative URLs resolve against the origin. The response body is
-   * read whole (capped) before it is returned.
+   * outside the service's origins (the discovery origin and the origins of its signed endpoints).
+   * Relative URLs resolve against the discovery origin. The response body is read whole (capped)
+   * before it is returned.
    */
   readonly fetch: (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
@@ -154,6 +197,15 @@ export class ServiceClient {
     this.#http = new HttpClient(options);
     this.#now = options.now ?? Date.now;
     this.#retry = options.retryWithAttestation ?? true;
+    // The document names where the service answers; the claim page is for people and never
+    // widens where signatures and attestations go.
+    this.#origins = new Set([
+      discovery.origin,
+      ...SIGNED_ENDPOINTS.flatMap((name) => {
+        const url = discovery.endpoints[name];
+        return url === undefined ? [] : [new URL(url).origin];
+      }),
+    ]);
     this.fetch = async (input, init) => {
       const { response } = await this.send(input, init);
       const body = NULL_BODY_STATUSES.has(response.status) ? null : response.body;
@@ -181,14 +233,49 @@ export class ServiceClient {
     return this.discovery.origin;
   }
 
+  /** The origins this client signs requests for: the discovery origin first, then any other a signed endpoint names. */
+  get origins(): string[] {
+    return [...this.#origins];
+  }
+
+  /**
+   * The URL of an endpoint the discovery document names (`accounts`, `owner_invitation`, ...),
+   * resolved: a path against the discovery origin, an absolute URL as given. `suffix` (`"/me"`, a
+   * claim token as `"/{token}"`) is appended to its path, after any trailing "/". Throws a
+   * UsageError `unknown_endpoint` when the document has no such endpoint.
+   */
+  endpoint(name: string, suffix = ""): string {
+    const resolved = Object.hasOwn(this.discovery.endpoints, name) ? this.discovery.endpoints[name] : undefined;
+    if (resolved === undefined) {
+      const known = Object.keys(this.discovery.endpoints).join(", ");
+      throw new UsageError(
+        "unknown_endpoint",
+        `${this.origin} advertises no endpoint ${JSON.stringify(name)} (it has: ${known})`,
+      );
+    }
+    if (suffix === "") return resolved;
+    if (!suffix.startsWith("/") || /[?#]/.test(suffix)) {
+      throw new UsageError(
+        "invalid_argument",
+        `an endpoint suffix is a path starting with "/", got ${JSON.stringify(suffix)}`,
+      );
+    }
+    const url = new URL(resolved);
+    url.pathname = `${url.pathname.replace(/\/+$/, "")}${suffix}`;
+    return url.href;
+  }
+
   /** The signed exchange behind `fetch`, with the whole response and whether it was attested. */
   async send(input: string | URL | Request, init?: RequestInit): Promise<ServiceResponse> {
     const target = typeof input === "string" ? new URL(input, `${this.origin}/`) : input;
     const request = new Request(target instanceof URL ? target.href : target, init);
     const url = new URL(request.url);
     url.hash = "";
-    if (url.origin !== this.origin) {
-      throw new UsageError("foreign_origin", `this client signs requests for ${this.origin} only, not ${url.origin}`);
+    if (!this.#origins.has(url.origin)) {
+      throw new UsageError(
+        "foreign_origin",
+        `this client signs requests for ${this.origins.join(", ")} only (the service and its endpoints), not ${url.origin}`,
+      );
     }
     const bytes = request.body === null ? undefined : new Uint8Array(await request.arrayBuffer());
     const body = bytes !== undefined && bytes.length > 0 ? bytes : undefined;

@@ -114,6 +114,35 @@ describe("proto CLI, happy path", () => {
     assert.match(human.stdout, /^HTTP 200 OK\n\{"agent":"did:key:/);
   });
 
+  test("call --endpoint: the endpoint the discovery document names, absolute and on another host", async () => {
+    const result = await cli("call", env.split.origin, "--endpoint", "accounts/me", "--json");
+    assert.equal(result.code, 0, result.stderr);
+    const doc = jsonOf(result);
+    assert.equal(doc.url, `${env.splitApi.origin}/proto/v1/accounts/me`);
+    assert.equal(doc.status, 200);
+    assert.equal(doc.attested, true);
+    assert.equal(doc.service_did, env.split.did);
+    assert.equal(doc.body.verification, "email");
+    assert.equal(env.splitApi.accepted.at(-1)?.attested, true);
+
+    // An absolute endpoint on the discovery host; the URL given names the service only.
+    const invited = await cli(
+      "call",
+      `${env.split.origin}/somewhere?else=1`,
+      "-e",
+      "owner_invitation",
+      "-d",
+      '{"x":1}',
+    );
+    assert.equal(invited.code, 0, invited.stderr);
+    assert.match(invited.stdout, /^HTTP 200 OK\n/);
+    assert.equal(env.split.accepted.at(-1)?.body, '{"x":1}');
+
+    const unknown = await cli("call", env.split.origin, "--endpoint", "key_rotation");
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /^proto: unknown_endpoint: .*"key_rotation"/m);
+  });
+
   test("directory register (--proof-dir) → update → list --search → show → withdraw", async () => {
     const register = await cli(
       "directory",

@@ -123,6 +123,49 @@ describe("SDK against the real servers", () => {
     assert.equal(((await refused.json()) as { error: { code: string } }).error.code, "attestation_required");
   });
 
+  test("service endpoints: paths and absolute URLs resolved; signed and attested on every host a signed endpoint names", async () => {
+    const site = env.named.a;
+    assert.ok(site);
+    const plain = await agent.service(site.origin);
+    assert.deepEqual(plain.discovery.endpoints, {
+      accounts: `${site.origin}/proto/v1/accounts`,
+      owner_invitation: `${site.origin}/proto/v1/accounts/me/owner-invitation`,
+      claim_page: `${site.origin}/claim`,
+      claim_completion: `${site.origin}/proto/v1/claim`,
+    });
+    assert.deepEqual(plain.origins, [site.origin]);
+
+    const { split, splitApi } = env;
+    const service = await agent.service(`${split.origin}/anything?x=1`);
+    assert.equal(service.did, split.did);
+    assert.deepEqual(service.discovery.endpoints, {
+      accounts: `${splitApi.origin}/proto/v1/accounts`,
+      owner_invitation: `${split.origin}/proto/v1/hello`,
+      claim_page: "https://claims.example/claim",
+      claim_completion: `${split.origin}/proto/v1/claim`,
+    });
+    // The claim page is for people: its host never receives signatures or attestations.
+    assert.deepEqual(service.origins, [split.origin, splitApi.origin]);
+    assert.equal(service.endpoint("accounts", "/me"), `${splitApi.origin}/proto/v1/accounts/me`);
+
+    // An endpoint on another host: the request goes there, signed over that URL, with an
+    // attestation for the service's DID (the audience does not follow the host).
+    const response = await service.fetch(service.endpoint("accounts", "/me"));
+    assert.equal(response.status, 200, await response.clone().text());
+    const body = (await response.json()) as { agent: string; verification: string };
+    assert.deepEqual(body, { agent: agent.did, verification: "email", echo: "" });
+    assert.deepEqual(splitApi.accepted.at(-1), { keyid: agent.did, attested: true, verification: "email", body: "" });
+
+    // An absolute endpoint on the discovery origin works as a path would.
+    const invited = await service.fetch(service.endpoint("owner_invitation"), { method: "POST", body: "{}" });
+    assert.equal(invited.status, 200);
+    assert.equal(split.accepted.at(-1)?.body, "{}");
+
+    await assert.rejects(service.fetch("https://claims.example/claim"), rejectsWith("foreign_origin", UsageError));
+    assert.throws(() => service.endpoint("key_rotation"), rejectsWith("unknown_endpoint", UsageError));
+    assert.throws(() => service.endpoint("accounts", "me"), rejectsWith("invalid_argument", UsageError));
+  });
+
   test("discovery: HTTPS only, schema and v0.1 rules, DID must name the host, size cap, no redirects, timeout", async () => {
     const fetch = env.fetch;
     await assert.rejects(discoverService("http://a.test/", { fetch }), rejectsWith("insecure_url", UsageError));

@@ -7,7 +7,10 @@ import {
   type DiscoveryRecipientType,
   type DiscoveryValidationError,
   didWebMatchesHost,
+  InvalidEndpointError,
   PROTO_VERSION,
+  resolveEndpoint,
+  SIGNED_ENDPOINTS,
   type SignatureAlgorithm,
   validateDiscoveryDocument,
 } from "@proto/protocol";
@@ -26,8 +29,11 @@ export interface DiscoveryInput {
   service_did: string;
   proto_version?: string;
   /**
-   * Endpoint paths; defaults in `DEFAULT_ENDPOINTS`. `claim_page` defaults to
-   * `{publicUrl}/proto/claim`. Set `key_rotation` to `null` to leave key rotation out.
+   * Endpoint paths; defaults in `DEFAULT_ENDPOINTS`. An absolute URL on `publicUrl`'s origin is
+   * accepted and written as its path; a signed endpoint on another origin is refused (the kit
+   * answers on its own origin only). `claim_page` defaults to `{publicUrl}/proto/claim`; a path is
+   * written as a full URI on `publicUrl`, and any other host is fine. Set `key_rotation` to `null`
+   * to leave key rotation out.
    */
   endpoints?: Partial<Omit<DiscoveryEndpoints, "key_rotation">> & { key_rotation?: string | null };
   signature_algorithms?: SignatureAlgorithm[];
@@ -61,9 +67,11 @@ export class DiscoveryDocumentError extends Error {
 
 /**
  * Builds the service's discovery document (`/.well-known/proto`) from a partial description,
- * filling defaults, and validates it against the protocol library's schema. Throws
- * `DiscoveryDocumentError` when the result is invalid (or a `did:web` DID names another host than
- * `publicUrl`). Never returns an invalid document.
+ * filling defaults, and validates it against the protocol library's schema. With `publicUrl`, the
+ * signed endpoints are written as paths (an absolute URL on that origin becomes its path) and the
+ * claim page as a full URI. Throws `DiscoveryDocumentError` when the result is invalid, when a
+ * `did:web` DID names another host than `publicUrl`, or when a signed endpoint lies on another
+ * origin. Never returns an invalid document.
  */
 export function buildDiscoveryDocument(input: DiscoveryInput, options: BuildDiscoveryOptions = {}): DiscoveryDocument {
   if (typeof input !== "object" || input === null) {
@@ -107,6 +115,7 @@ export function buildDiscoveryDocument(input: DiscoveryInput, options: BuildDisc
   const result = validateDiscoveryDocument(document);
   if (!result.valid) throw new DiscoveryDocumentError(result.errors);
   const doc = result.document;
+  if (publicUrl !== undefined) ownEndpoints(doc, publicUrl.origin);
   if (
     publicUrl !== undefined &&
     doc.service_did.startsWith("did:web:") &&
@@ -129,4 +138,54 @@ export function assertDiscoveryDocument(doc: unknown): DiscoveryDocument {
   const result = validateDiscoveryDocument(doc);
   if (!result.valid) throw new DiscoveryDocumentError(result.errors);
   return result.document;
+}
+
+/**
+ * The path the kit mounts an endpoint at: a path by itself (normalised as a URL parser would,
+ * `/a/../b` is `/b`), an absolute URL on the kit's own origin by its path; the query is not part of
+ * a route. Throws `DiscoveryDocumentError` for a URL on another origin: the kit answers on its own
+ * origin only, and an agent would send that endpoint's signed requests elsewhere. `name` names the
+ * member in the error (`accounts`, ...).
+ */
+export function endpointPath(kitOrigin: string, value: string, name = "endpoint"): string {
+  return ownUrl(new URL(kitOrigin).origin, value, name).pathname;
+}
+
+function ownUrl(origin: string, value: string, name: string): URL {
+  const member = `endpoints.${name}`;
+  let url: URL;
+  try {
+    url = resolveEndpoint(origin, value);
+  } catch (error) {
+    if (!(error instanceof InvalidEndpointError)) throw error;
+    throw new DiscoveryDocumentError([{ path: `/endpoints/${name}`, message: `${member}: ${error.message}` }]);
+  }
+  if (url.origin !== origin) {
+    throw new DiscoveryDocumentError([
+      {
+        path: `/endpoints/${name}`,
+        message: `${member} (${url.href}) is on another origin than the service (${origin}): the kit answers its endpoints on its own origin only`,
+      },
+    ]);
+  }
+  return url;
+}
+
+/**
+ * Our builders emit paths: a signed endpoint given as an absolute URL on the service's origin is
+ * written as its path (and query), one on another origin is refused; a claim page given as a path
+ * becomes a full URI on that origin, since the claim URLs the kit hands out are built from it.
+ */
+function ownEndpoints(doc: DiscoveryDocument, origin: string): void {
+  const endpoints = doc.endpoints as Record<string, unknown>;
+  for (const name of SIGNED_ENDPOINTS) {
+    const value = endpoints[name];
+    if (typeof value !== "string") continue;
+    const url = ownUrl(origin, value, name);
+    // A path of "//x" would read as a host: such a URL stays absolute.
+    if (!value.startsWith("/") && !url.pathname.startsWith("//")) endpoints[name] = `${url.pathname}${url.search}`;
+  }
+  if (typeof endpoints.claim_page === "string" && endpoints.claim_page.startsWith("/")) {
+    endpoints.claim_page = resolveEndpoint(origin, endpoints.claim_page).href;
+  }
 }

@@ -6,6 +6,7 @@ export {
   buildDiscoveryDocument,
   DEFAULT_ENDPOINTS,
   DiscoveryDocumentError,
+  endpointPath,
 } from "./discovery.js";
 export type { KitErrorUse, KitSpecificErrorCode } from "./errors.js";
 export { KIT_ERRORS, KIT_SPECIFIC_ERRORS, kitError } from "./errors.js";

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { isReservedErrorCode, RESERVED_ERRORS, validateDiscoveryDocument } from "@proto/protocol";
 import { loadVectors } from "@proto/testkit";
+import { endpointPath } from "../src/discovery.js";
 import {
+  assertDiscoveryDocument,
   buildDiscoveryDocument,
   createKit,
   DEFAULT_ENDPOINTS,
@@ -68,9 +70,27 @@ describe("discovery document builder", () => {
         /claim_page/,
       ],
       [
-        "relative claim page",
-        () => buildDiscoveryDocument({ service_did: "did:web:a.example", endpoints: { claim_page: "/claim" } }),
+        "claim page neither a URI nor a path",
+        () => buildDiscoveryDocument({ service_did: "did:web:a.example", endpoints: { claim_page: "claim" } }),
         /claim_page/,
+      ],
+      [
+        "signed endpoint on another origin",
+        () =>
+          buildDiscoveryDocument(
+            { service_did: "did:web:a.example", endpoints: { accounts: "https://api.b.example/accounts" } },
+            { publicUrl: "https://a.example" },
+          ),
+        /endpoints\.accounts \(https:\/\/api\.b\.example\/accounts\) is on another origin than the service/,
+      ],
+      [
+        "http endpoint",
+        () =>
+          buildDiscoveryDocument(
+            { service_did: "did:web:a.example", endpoints: { owner_invitation: "http://a.example/invite" } },
+            { publicUrl: "https://a.example" },
+          ),
+        /endpoints\.owner_invitation: must be a path on the service host .* or an absolute https URL/,
       ],
       [
         "endpoint that is not a path",
@@ -123,6 +143,96 @@ describe("discovery document builder", () => {
         (error: unknown) =>
           error instanceof DiscoveryDocumentError && reason.test(error.message) && error.errors.length > 0,
         what,
+      );
+    }
+  });
+
+  test("endpoints given as absolute URLs on the public origin are written as paths; a claim page path as a full URI", () => {
+    const doc = buildDiscoveryDocument(
+      {
+        service_did: "did:web:a.example%3A8443",
+        endpoints: {
+          accounts: "https://a.example:8443/api/accounts",
+          owner_invitation: "https://A.EXAMPLE:8443/api/../api/invite?v=2",
+          claim_page: "/claim",
+          claim_completion: "/api/claim",
+          key_rotation: "https://a.example:8443/api/rotate",
+        },
+        billing: { unclaimed_mode: "free" },
+      },
+      { publicUrl: "https://a.example:8443/app/" },
+    );
+    assert.deepEqual(doc.endpoints, {
+      accounts: "/api/accounts",
+      owner_invitation: "/api/invite?v=2",
+      claim_page: "https://a.example:8443/claim",
+      claim_completion: "/api/claim",
+      key_rotation: "/api/rotate",
+    });
+    assert.ok(validateDiscoveryDocument(doc).valid);
+  });
+
+  test("without a public URL, absolute endpoints are kept as given", () => {
+    const endpoints = {
+      accounts: "https://api.example.com/proto/v1/accounts",
+      owner_invitation: "https://api.example.com/proto/v1/accounts/me/owner-invitation",
+      claim_page: "/claim",
+      claim_completion: "https://api.example.com/proto/v1/claim",
+      key_rotation: "https://api.example.com/proto/v1/accounts/me/keys/rotate",
+    };
+    const doc = buildDiscoveryDocument({ service_did: "did:web:api.example.com", endpoints });
+    assert.deepEqual(doc.endpoints, endpoints);
+  });
+
+  test("assertDiscoveryDocument accepts an upstream-style document with absolute endpoints, and names a bad one", () => {
+    const upstream = {
+      proto_version: "0.1",
+      service_did: "did:web:api.example.com",
+      signature_algorithms: ["ed25519"],
+      endpoints: {
+        accounts: "https://api.example.com/proto/v1/accounts",
+        owner_invitation: "https://api.example.com/proto/v1/accounts/me/owner-invitation",
+        claim_page: "https://api.example.com/claim",
+        claim_completion: "https://api.example.com/proto/v1/claim",
+        key_rotation: "https://api.example.com/proto/v1/accounts/me/keys/rotate",
+      },
+      billing: { unclaimed_mode: "attested_only", accepted_attestors: ["proto-trust"] },
+    };
+    assert.equal(assertDiscoveryDocument(upstream), upstream);
+    const bad = { ...upstream, endpoints: { ...upstream.endpoints, accounts: "https://user@api.example.com/x" } };
+    assert.throws(
+      () => assertDiscoveryDocument(bad),
+      (error: unknown) =>
+        error instanceof DiscoveryDocumentError &&
+        error.errors.length === 1 &&
+        error.errors[0]?.path === "/endpoints/accounts" &&
+        /no user name or password/.test(error.message),
+    );
+  });
+
+  test("endpointPath: where the kit mounts an endpoint; another origin is refused at startup", () => {
+    const origin = "https://a.example:8443";
+    assert.equal(endpointPath(origin, "/proto/v1/accounts"), "/proto/v1/accounts");
+    assert.equal(endpointPath(origin, "https://a.example:8443/proto/v1/accounts"), "/proto/v1/accounts");
+    assert.equal(endpointPath(`${origin}/ignored/path`, "https://A.example:8443/x/../claim?v=1"), "/claim");
+    assert.equal(endpointPath(origin, "/a b"), "/a%20b");
+    const refused: [string, RegExp][] = [
+      [
+        "https://a.example/proto/v1/accounts",
+        /endpoints\.accounts \(https:\/\/a\.example\/proto\/v1\/accounts\) is on another origin than the service \(https:\/\/a\.example:8443\)/,
+      ],
+      ["https://api.other.example:8443/x", /another origin/],
+      ["//a.example:8443/x", /endpoints\.accounts: endpoint "\/\/a\.example:8443\/x" names a host/],
+      ["accounts", /endpoints\.accounts: endpoint "accounts" is neither a path/],
+    ];
+    for (const [value, reason] of refused) {
+      assert.throws(
+        () => endpointPath(origin, value, "accounts"),
+        (error: unknown) =>
+          error instanceof DiscoveryDocumentError &&
+          error.errors[0]?.path === "/endpoints/accounts" &&
+          reason.test(error.message),
+        value,
       );
     }
   });

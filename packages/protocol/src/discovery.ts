@@ -1,6 +1,7 @@
 /**
  * The discovery document (`https://{host}/.well-known/proto`): the normative JSON schema the
- * directory validates against, and the stricter rule an agent applies before talking to a service.
+ * directory validates against, the stricter rule an agent applies before talking to a service, and
+ * how an endpoint value (a path, or an absolute URL) becomes the URL a request goes to.
  */
 import { readFileSync } from "node:fs";
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
@@ -33,6 +34,10 @@ export type DiscoveryFeature = "attestation" | "key_rotation" | "attested_sessio
 export type DiscoveryRecipientType = "email" | "phone" | "oidc" | "did";
 export type UnclaimedMode = "free" | "attested_only" | "denied";
 
+/**
+ * Each endpoint value is a path on the service host or an absolute URL (upstream §4.3). A path
+ * resolves against the discovery document's origin; an absolute URL stands as given.
+ */
 export interface DiscoveryEndpoints {
   accounts: string;
   owner_invitation: string;
@@ -94,7 +99,8 @@ function validator(): ValidateFunction<DiscoveryDocument> {
   if (compiled === undefined) {
     // allErrors so a publisher sees every problem at once; the schema's size bounds and the
     // fetcher's body cap keep the extra work linear and small.
-    const ajv = new Ajv2020({ allErrors: true, strict: true });
+    // verbose for `parentSchema`, which tells the endpoint alternatives apart (ALTERNATIVES).
+    const ajv = new Ajv2020({ allErrors: true, strict: true, verbose: true });
     // Under NodeNext the CommonJS default import is `module.exports`; the plugin sits on `.default`.
     addFormats.default(ajv, ["uri"]);
     compiled = ajv.compile<DiscoveryDocument>(DISCOVERY_SCHEMA);
@@ -109,19 +115,75 @@ function validator(): ValidateFunction<DiscoveryDocument> {
 export const MAX_REPORTED_ERRORS = 20;
 
 /**
- * Validates a parsed discovery document against the normative schema. Never throws. An invalid
+ * Validates a parsed discovery document against the normative schema, plus the one rule the schema
+ * cannot spell: an absolute endpoint URL must be one a URL parser accepts (a port above 65535 or
+ * an IPv4 address such as 1.2.3.999 passes any regular expression). Never throws. An invalid
  * document reports its first MAX_REPORTED_ERRORS problems.
  */
 export function validateDiscoveryDocument(doc: unknown): DiscoveryValidationResult {
   const validate = validator();
-  if (validate(doc)) return { valid: true, document: doc };
-  const errors = (validate.errors ?? []).slice(0, MAX_REPORTED_ERRORS).map(toValidationError);
+  if (validate(doc)) {
+    const errors = unparsableEndpoints(doc);
+    return errors.length === 0 ? { valid: true, document: doc } : { valid: false, errors };
+  }
+  const all = validate.errors ?? [];
+  // A member of the wrong type is told just that, not also that no alternative matched.
+  const wrongType = new Set(all.filter((error) => error.keyword === "type").map((error) => error.instancePath));
+  const errors = all
+    .filter((error) => !ALTERNATIVES.has(error.parentSchema))
+    .filter((error) => error.keyword !== "anyOf" || !wrongType.has(error.instancePath))
+    .slice(0, MAX_REPORTED_ERRORS)
+    .map(toValidationError);
   return { valid: false, errors };
 }
 
+const ENDPOINT_KEYS = ["accounts", "owner_invitation", "claim_page", "claim_completion", "key_rotation"] as const;
+
+function unparsableEndpoints(doc: DiscoveryDocument): DiscoveryValidationError[] {
+  const errors: DiscoveryValidationError[] = [];
+  for (const key of ENDPOINT_KEYS) {
+    const value = doc.endpoints[key];
+    if (typeof value === "string" && !value.startsWith("/") && !canParse(value)) {
+      errors.push({ path: `/endpoints/${key}`, message: `endpoints.${key}: must be a valid URL` });
+    }
+  }
+  return errors;
+}
+
+function canParse(value: string): boolean {
+  try {
+    new URL(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const DEFS = DISCOVERY_SCHEMA.$defs as Record<string, Readonly<Record<string, unknown>>>;
+const defOf = (name: string) => DEFS[name] as Readonly<Record<string, unknown>>;
+
+/**
+ * An endpoint is a path or a URL (`anyOf`), and each alternative fails in its own words ("must
+ * match pattern ..." twice). The publisher is told once what the member may be, by the `anyOf`.
+ * Errors are told apart by the schema object that failed (Ajv's `verbose` `parentSchema`): Ajv
+ * compiles a `$ref` with a `$ref` inside as a function of its own, so `schemaPath` alone does not
+ * say which definition an `anyOf` error belongs to.
+ */
+const ALTERNATIVES = new Set<unknown>([
+  defOf("servicePath"),
+  defOf("httpsUrl"),
+  ...(defOf("claimPage").anyOf as unknown[]),
+]);
+const ENDPOINT_MESSAGES = new Map<unknown, string>([
+  [
+    defOf("signedEndpoint"),
+    'must be a path on the service host (one leading "/") or an absolute https URL (no user name or password, no fragment, no spaces or control characters)',
+  ],
+  [defOf("claimPage"), 'must be a full URI or a path on the service host (one leading "/")'],
+]);
+
 // Messages for constraints whose generic wording ("must match pattern ...") would not help a publisher.
 const SCHEMA_PATH_MESSAGES: Record<string, string> = {
-  "#/$defs/servicePath/pattern": 'must be a path on the service host, starting with a single "/"',
   "#/properties/service_did/pattern": "must be a did:web or did:key DID",
 };
 
@@ -135,7 +197,9 @@ function toValidationError(error: ErrorObject): DiscoveryValidationError {
 }
 
 function describe(error: ErrorObject): string {
-  const special = SCHEMA_PATH_MESSAGES[error.schemaPath];
+  const special =
+    SCHEMA_PATH_MESSAGES[error.schemaPath] ??
+    (error.keyword === "anyOf" ? ENDPOINT_MESSAGES.get(error.parentSchema) : undefined);
   if (special !== undefined) return special;
   const params = error.params as Record<string, unknown>;
   switch (error.keyword) {
@@ -224,4 +288,60 @@ export function assertAgentCompatible(doc: unknown): DiscoveryDocument {
   const result = checkAgentCompatibility(doc);
   if (!result.compatible) throw new DiscoveryIncompatibleError(result.reasons);
   return result.document;
+}
+
+/** The endpoints an agent signs its requests to. `claim_page` is a page for people, never signed. */
+export const SIGNED_ENDPOINTS = ["accounts", "owner_invitation", "claim_completion", "key_rotation"] as const;
+export type SignedEndpoint = (typeof SIGNED_ENDPOINTS)[number];
+
+/** An endpoint value that is neither a path on the service host nor an absolute URL. */
+export class InvalidEndpointError extends Error {
+  override readonly name = "InvalidEndpointError";
+}
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+const UNSAFE_ENDPOINT_CHARACTER = /[\u0000-\u001f\u007f\\]/;
+
+/**
+ * The URL an endpoint value of a discovery document names. A path (one leading "/") resolves
+ * against the origin of the discovery document, never against its path; an absolute URL stands as
+ * given, whatever host it names: that is the URL a request goes to and the `@target-uri` an agent
+ * signs. `discovery` is the discovery URL, or its origin, or any URL on that origin.
+ *
+ * Throws InvalidEndpointError for anything else: a relative value without a leading "/", "//host",
+ * a backslash or a control character (a URL parser reads "/\x" and "/<TAB>/x" as another host),
+ * user info, or text no URL parser accepts. The signed endpoints of a document that passed
+ * validateDiscoveryDocument always resolve (its claim page may not, when it carries user info).
+ */
+export function resolveEndpoint(discovery: string | URL, value: string): URL {
+  const origin = new URL(discovery).origin;
+  if (typeof value !== "string" || value.length === 0) {
+    throw new InvalidEndpointError("an endpoint must be a non-empty string");
+  }
+  if (UNSAFE_ENDPOINT_CHARACTER.test(value)) {
+    throw new InvalidEndpointError(`endpoint ${quote(value)} has a backslash or a control character`);
+  }
+  if (value.startsWith("/")) {
+    if (value.startsWith("//")) {
+      throw new InvalidEndpointError(`endpoint ${quote(value)} names a host: use an absolute URL`);
+    }
+    return new URL(value, origin);
+  }
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new InvalidEndpointError(
+      `endpoint ${quote(value)} is neither a path on the service host nor an absolute URL`,
+    );
+  }
+  if (url.username !== "" || url.password !== "") {
+    throw new InvalidEndpointError(`endpoint ${quote(value)} carries a user name or password`);
+  }
+  return url;
+}
+
+/** Enough of a value to recognise it; a hostile one can be long. */
+function quote(value: string): string {
+  return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
 }

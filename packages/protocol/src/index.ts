@@ -38,6 +38,7 @@ export type {
   DiscoveryValidationResult,
   DiscoveryX402,
   SignatureAlgorithm,
+  SignedEndpoint,
   UnclaimedMode,
 } from "./discovery.js";
 export {
@@ -46,7 +47,10 @@ export {
   DISCOVERY_SCHEMA,
   DISCOVERY_SCHEMA_ID,
   DiscoveryIncompatibleError,
+  InvalidEndpointError,
   PROTO_VERSION,
+  resolveEndpoint,
+  SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
 } from "./discovery.js";
 export { ED25519_KEY_LENGTH, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey, seedOfPrivateKey } from "./ed25519.js";

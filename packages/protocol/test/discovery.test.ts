@@ -9,8 +9,11 @@ import {
   DISCOVERY_SCHEMA,
   DISCOVERY_SCHEMA_ID,
   DiscoveryIncompatibleError,
+  InvalidEndpointError,
   MAX_REPORTED_ERRORS,
   PROTO_VERSION,
+  resolveEndpoint,
+  SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
 } from "../src/discovery.js";
 
@@ -195,14 +198,18 @@ describe("discovery service_did", () => {
 });
 
 describe("discovery endpoints", () => {
-  test("claim_page must be a full URI, not a path", () => {
-    for (const page of ["/claim", "claim", "claim.example.com/claim", ""]) {
+  const SIGNED_MESSAGE =
+    'must be a path on the service host (one leading "/") or an absolute https URL (no user name or password, no fragment, no spaces or control characters)';
+
+  test("claim_page is a full URI or a path on the service host", () => {
+    for (const page of ["claim", "claim.example.com/claim", "", "//claim.example/c", "/\\claim.example"]) {
       assertRejected(
         withEndpoint("claim_page", page),
         "/endpoints/claim_page",
-        "endpoints.claim_page: must be a full URI",
+        'endpoints.claim_page: must be a full URI or a path on the service host (one leading "/")',
       );
     }
+    assertValid(withEndpoint("claim_page", "/claim"));
   });
 
   test("claim_page may be on another host", () => {
@@ -210,15 +217,54 @@ describe("discovery endpoints", () => {
   });
 
   for (const key of ["accounts", "owner_invitation", "claim_completion", "key_rotation"]) {
-    test(`${key} must be a path starting with a single slash`, () => {
-      const message = `endpoints.${key}: must be a path on the service host, starting with a single "/"`;
-      for (const bad of ["//evil.example/x", "proto/v1", "https://api.example.com/x", ""]) {
-        assertRejected(withEndpoint(key, bad), `/endpoints/${key}`, message);
+    test(`${key} is a path on the service host or an absolute https URL`, () => {
+      const bad = [
+        "//evil.example/x",
+        "/\\evil.example/x",
+        "/\t/evil.example/x",
+        "/proto/v1/\u0000",
+        "proto/v1",
+        "",
+        "http://api.example.com/x",
+        "HTTPS://api.example.com/x",
+        "ftp://api.example.com/x",
+        "https://",
+        "https://user:secret@api.example.com/x",
+        "https://api.example.com@evil.example/x",
+        "https://api.example.com\\@evil.example/x",
+        "https://api.example.com/x#fragment",
+        "https://api.example.com/a b",
+        "https://api.example.com/a\nb",
+        "https://api%2eexample.com/x",
+      ];
+      for (const value of bad) {
+        assertRejected(withEndpoint(key, value), `/endpoints/${key}`, `endpoints.${key}: ${SIGNED_MESSAGE}`);
       }
-      assertValid(withEndpoint(key, "/"));
-      assertValid(withEndpoint(key, "/proto/v1/x//y"));
+      for (const value of [
+        "/",
+        "/proto/v1/x//y",
+        "/a b",
+        "https://api.example.com/proto/v1/x",
+        "https://api.example.com",
+        "https://api.other.example:8443/p?q=1",
+        "https://[::1]:8443/x",
+        "https://192.0.2.7/x",
+      ]) {
+        assertValid(withEndpoint(key, value));
+      }
     });
   }
+
+  test("an absolute endpoint no URL parser accepts is named", () => {
+    for (const value of ["https://api.example.com:99999/x", "https://192.0.2.999/x"]) {
+      assertRejected(withEndpoint("accounts", value), "/endpoints/accounts", "endpoints.accounts: must be a valid URL");
+    }
+    assertRejected(
+      withEndpoint("claim_page", "https://claim.example:70000/"),
+      "/endpoints/claim_page",
+      "endpoints.claim_page: must be a valid URL",
+    );
+  });
 
   test("an endpoint that is not a string is rejected", () => {
     assertRejected(withEndpoint("accounts", 7), "/endpoints/accounts", "endpoints.accounts: must be a string");
@@ -226,6 +272,143 @@ describe("discovery endpoints", () => {
 
   test("endpoints that is not an object is rejected", () => {
     assertRejected({ ...minimal(), endpoints: ["/a"] }, "/endpoints", "endpoints: must be an object");
+  });
+});
+
+/** §4.1 of the upstream core specification, with our renames. */
+function upstreamSpecExample(): Record<string, unknown> {
+  return {
+    proto_version: "0.1",
+    service_did: "did:web:api.example.com",
+    endpoints: {
+      accounts: "/proto/v1/accounts",
+      owner_invitation: "/proto/v1/accounts/me/owner-invitation",
+      claim_page: "https://claim.example.com",
+      claim_completion: "/proto/v1/claim",
+      key_rotation: "/proto/v1/accounts/me/keys/rotate",
+    },
+    signature_algorithms: ["ed25519"],
+    features: ["attestation", "key_rotation"],
+    recipient_types: ["email", "oidc"],
+    limits: { unclaimed_ttl_seconds: 2592000, unclaimed_rate_limit_per_hour: 100 },
+    billing: { unclaimed_mode: "free", accepted_attestors: ["stripe-projects", "microsoft-entra-agent-id"] },
+  };
+}
+
+/** What a service built with the upstream SDK's defaults publishes: every endpoint absolute. */
+function upstreamSdkDefaults(base = "https://api.example.com"): Record<string, unknown> {
+  return {
+    proto_version: "0.1",
+    service_did: "did:web:api.example.com",
+    signature_algorithms: ["ed25519"],
+    endpoints: {
+      accounts: `${base}/proto/v1/accounts`,
+      owner_invitation: `${base}/proto/v1/accounts/me/owner-invitation`,
+      claim_page: `${base}/claim`,
+      claim_completion: `${base}/proto/v1/claim`,
+      key_rotation: `${base}/proto/v1/accounts/me/keys/rotate`,
+    },
+    billing: { unclaimed_mode: "attested_only", accepted_attestors: ["proto-trust"] },
+  };
+}
+
+describe("upstream-style discovery documents", () => {
+  test("the core specification's example is valid and usable by an agent", () => {
+    const doc = upstreamSpecExample();
+    assert.deepEqual(validateDiscoveryDocument(doc), { valid: true, document: doc });
+    assert.deepEqual(checkAgentCompatibility(doc), { compatible: true, document: doc });
+  });
+
+  test("the upstream SDK's defaults (absolute endpoint URLs) are valid and usable by an agent", () => {
+    const doc = upstreamSdkDefaults();
+    assert.deepEqual(validateDiscoveryDocument(doc), { valid: true, document: doc });
+    assert.deepEqual(checkAgentCompatibility(doc), { compatible: true, document: doc });
+  });
+
+  test("relative endpoints of upstream custom layouts, claim page included", () => {
+    const doc = upstreamSpecExample();
+    doc.endpoints = {
+      accounts: "/api/v2/accounts",
+      owner_invitation: "/api/v2/accounts/me/invite-owner",
+      claim_page: "/claim",
+      claim_completion: "/api/v2/claim",
+      key_rotation: "/api/v2/accounts/me/keys/rotate",
+      key_rekey: "/api/v2/owner/rekey",
+    };
+    assertValid(doc);
+  });
+
+  test("the two forms mix, and signed endpoints may live on another host", () => {
+    const doc = upstreamSdkDefaults();
+    Object.assign(doc.endpoints as Record<string, unknown>, {
+      owner_invitation: "/proto/v1/accounts/me/owner-invitation",
+      claim_completion: "https://claims.example.net/proto/v1/claim",
+    });
+    assertValid(doc);
+  });
+});
+
+describe("resolveEndpoint", () => {
+  const DISCOVERY_URL = "https://api.example.com:8443/.well-known/proto";
+
+  test("a path resolves against the discovery document's origin, never its path", () => {
+    const cases: [string, string][] = [
+      ["/proto/v1/accounts", "https://api.example.com:8443/proto/v1/accounts"],
+      ["/", "https://api.example.com:8443/"],
+      ["/a/../b?x=1", "https://api.example.com:8443/b?x=1"],
+      ["/a b", "https://api.example.com:8443/a%20b"],
+    ];
+    for (const [value, expected] of cases) {
+      for (const base of [DISCOVERY_URL, "https://api.example.com:8443", new URL("https://api.example.com:8443/x/y")]) {
+        assert.equal(resolveEndpoint(base, value).href, expected, `${value} against ${String(base)}`);
+      }
+    }
+  });
+
+  test("an absolute URL stands as given, on this host or another", () => {
+    for (const value of [
+      "https://api.example.com:8443/proto/v1/accounts",
+      "https://api.other.example/proto/v1/accounts?v=2",
+      "https://claim.example.com/",
+    ]) {
+      assert.equal(resolveEndpoint(DISCOVERY_URL, value).href, value);
+    }
+    // Serialised as a URL parser does: the form an agent signs as @target-uri.
+    assert.equal(resolveEndpoint(DISCOVERY_URL, "https://API.Example.com:443/x").href, "https://api.example.com/x");
+  });
+
+  test("every endpoint of a valid document resolves", () => {
+    for (const doc of [upstreamSpecExample(), upstreamSdkDefaults(), minimal()]) {
+      const result = validateDiscoveryDocument(doc);
+      assert.ok(result.valid);
+      for (const key of [...SIGNED_ENDPOINTS, "claim_page"]) {
+        const value = result.document.endpoints[key];
+        if (typeof value === "string") assert.ok(resolveEndpoint(DISCOVERY_URL, value) instanceof URL, key);
+      }
+    }
+  });
+
+  test("values no valid document holds are refused with a reason", () => {
+    const cases: [string, RegExp][] = [
+      ["//evil.example/x", /names a host/],
+      ["/\\evil.example/x", /backslash or a control character/],
+      ["/\t/evil.example/x", /backslash or a control character/],
+      ["proto/v1/accounts", /neither a path on the service host nor an absolute URL/],
+      ["https://api.example.com:99999/", /neither a path/],
+      ["https://user:pw@api.example.com/x", /user name or password/],
+      ["", /non-empty string/],
+    ];
+    for (const [value, reason] of cases) {
+      assert.throws(
+        () => resolveEndpoint(DISCOVERY_URL, value),
+        (error: unknown) => error instanceof InvalidEndpointError && reason.test(error.message),
+        JSON.stringify(value),
+      );
+    }
+  });
+
+  test("the signed endpoints are the four an agent calls; the claim page is for people", () => {
+    assert.deepEqual([...SIGNED_ENDPOINTS], ["accounts", "owner_invitation", "claim_completion", "key_rotation"]);
   });
 });
 
@@ -359,11 +542,13 @@ describe("discovery forward compatibility", () => {
 
 describe("discovery size bounds", () => {
   test("a giant string or array is rejected with its bound", () => {
-    assertRejected(
-      withEndpoint("accounts", `/${"a".repeat(2048)}`),
-      "/endpoints/accounts",
-      "endpoints.accounts: must be at most 2048 characters long",
-    );
+    for (const value of [`/${"a".repeat(2048)}`, `https://api.example.com/${"a".repeat(2048)}`]) {
+      assertRejected(
+        withEndpoint("accounts", value),
+        "/endpoints/accounts",
+        "endpoints.accounts: must be at most 2048 characters long",
+      );
+    }
     assertRejected(
       { ...minimal(), signature_algorithms: Array(65).fill("ed25519") },
       "/signature_algorithms",
@@ -381,7 +566,7 @@ describe("discovery size bounds", () => {
   });
 
   test("several problems in one document are all listed, with their paths", () => {
-    const doc = { ...minimal(), proto_version: 1, endpoints: { accounts: "x", claim_page: "/c" } };
+    const doc = { ...minimal(), proto_version: 1, endpoints: { accounts: "x", claim_page: "c" } };
     assert.deepEqual(
       errorsOf(doc).map((e) => e.path),
       [

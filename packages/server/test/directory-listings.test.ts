@@ -175,7 +175,7 @@ for (const variant of STORE_VARIANTS) {
       deadPort = await closedPort();
       untrusted = await startHttpsHost({ ca: await createTestCA(), hostnames: ["untrusted.test"] });
       h = await startDirectoryHarness(variant, {
-        sites: 90,
+        sites: 96,
         env: { DIRECTORY_RATE_LIMITS: NO_RATE_LIMITS },
         extraResolve: [`dead.test:${deadPort}:127.0.0.1`, `untrusted.test:${untrusted.port}:127.0.0.1`],
       });
@@ -323,6 +323,63 @@ for (const variant of STORE_VARIANTS) {
         for (const key of ["fetched_at", "first_listed_at", "updated_at"]) assert.match(read.json[key], RFC3339_UTC);
         // The proof and the document were each fetched once.
         assert.deepEqual(site.hits, { proof: 1, discovery: 1 });
+      });
+
+      test("endpoints as absolute https URLs (the upstream SDK's defaults), one on another host, and a claim page path: listed as published, shown as such", async () => {
+        const site = h.site();
+        const base = `https://${site.authority}`;
+        const doc = site.document({
+          endpoints: {
+            accounts: `${base}/proto/v1/accounts`,
+            owner_invitation: `${base}/proto/v1/accounts/me/owner-invitation`,
+            claim_page: "/claim",
+            claim_completion: "https://api.elsewhere.test/proto/v1/claim",
+            key_rotation: "/proto/v1/accounts/me/keys/rotate",
+          },
+          features: ["key_rotation"],
+        });
+        const { did } = await listed(h, site, { title: "Upstream style" }, doc);
+        assert.deepEqual((await getListing(h, did)).json.discovery_doc, doc);
+
+        const page = await h.request("GET", `/listings/${encodeURIComponent(did)}`);
+        assert.equal(page.status, 200);
+        assert.match(page.headers.get("content-type") ?? "", /^text\/html/);
+        const section = page.text.slice(page.text.indexOf('id="d-endpoints"'), page.text.indexOf('id="d-features"'));
+        const row = (label: string) => new RegExp(`<dt>${label}</dt><dd>(.*?)</dd>`).exec(section)?.[1];
+        // Signed endpoints are text as published (agents POST to them; a link would only GET).
+        assert.equal(row("Accounts"), `<code>${base}/proto/v1/accounts</code>`);
+        assert.equal(row("Owner invitation"), `<code>${base}/proto/v1/accounts/me/owner-invitation</code>`);
+        assert.equal(row("Key rotation"), "<code>/proto/v1/accounts/me/keys/rotate</code>");
+        assert.equal(
+          row("Claim completion"),
+          '<code>https://api.elsewhere.test/proto/v1/claim</code> <span class="muted other-host">on another host, api.elsewhere.test</span>',
+        );
+        // The claim page, for people, is a link: a path resolved against the discovery host.
+        assert.equal(row("Claim page"), `<a href="${base}/claim" rel="noopener noreferrer nofollow">/claim</a>`);
+        assert.ok(section.includes("or a full address, which may name another host"), section);
+      });
+
+      test("discovery_invalid names an absolute endpoint that is not https, carries credentials or a fragment", async () => {
+        const site = h.site();
+        const base = `https://${site.authority}`;
+        const cases: [string, string, string][] = [
+          ["accounts", `http://${site.authority}/proto/v1/accounts`, "or an absolute https URL"],
+          ["owner_invitation", `https://user:secret@${site.authority}/invite`, "no user name or password"],
+          ["claim_completion", `${base}/claim#done`, "no fragment"],
+          ["key_rotation", "//api.elsewhere.test/rotate", 'one leading "/"'],
+          ["accounts", `https://${site.hostname}:99999/proto/v1/accounts`, "must be a valid URL"],
+        ];
+        for (const [key, value, reason] of cases) {
+          const doc = site.document({ endpoints: { ...(site.document().endpoints as object), [key]: value } });
+          const res = await list(h, site, {}, doc);
+          assertError(res, 400, "discovery_invalid", value);
+          const errors = res.json.error.details.errors as { path: string; message: string }[];
+          assert.equal(errors.length, 1, res.text);
+          assert.equal(errors[0]?.path, `/endpoints/${key}`, res.text);
+          assert.ok(errors[0]?.message.startsWith(`endpoints.${key}: `), res.text);
+          assert.ok(errors[0]?.message.includes(reason), res.text);
+        }
+        assert.equal((await h.request("GET", didPath(site.did))).status, 404);
       });
 
       test("without title, description and tags: null, null and []", async () => {
@@ -591,7 +648,7 @@ for (const variant of STORE_VARIANTS) {
             endpoints: {
               accounts: "/a",
               owner_invitation: "/b",
-              claim_page: "/not-a-uri",
+              claim_page: "not-a-uri-nor-a-path",
               claim_completion: "/c",
             },
           },

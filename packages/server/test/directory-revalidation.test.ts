@@ -306,9 +306,15 @@ for (const variant of STORE_VARIANTS) {
           "a mirror polling updated_since is not flooded",
         );
 
+        // Endpoints may turn into absolute URLs (upstream §4.3), even on another host.
         const changed = site.document({
           features: ["attestation", "key_rotation"],
-          endpoints: { ...(site.document().endpoints as object), key_rotation: "/proto/v1/keys/rotate" },
+          endpoints: {
+            ...(site.document().endpoints as object),
+            accounts: `https://${site.authority}/proto/v1/accounts`,
+            claim_completion: "https://api.elsewhere.test/proto/v1/claim",
+            key_rotation: "/proto/v1/keys/rotate",
+          },
           unknown_future_field: { kept: true },
         });
         site.setHandler(DISCOVERY_PATH, serving(JSON.stringify(changed)));

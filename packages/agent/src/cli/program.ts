@@ -263,15 +263,25 @@ function buildProgram(
   // --- call ---
 
   leaf(program, "call", "send a signed (and, when the service needs it, attested) request")
-    .argument("<url>", "https URL on the service")
+    .argument("<url>", "https URL on the service (with --endpoint: any URL on its discovery host)")
     .option("-X, --method <method>", "HTTP method (default GET, or POST with --data)")
     .option("-d, --data <data>", "request body; @file reads a file, @- standard input")
     .option("-H, --header <header>", "extra header 'Name: value' (repeatable)", collect, [])
+    .option(
+      "-e, --endpoint <name[/path]>",
+      "call the endpoint the discovery document names (accounts, owner_invitation, ...), plus /path (accounts/me)",
+    )
     .option("--attestor <url>", "attestor base URL (for attested_only services)")
     .action(
       async (
         url: string,
-        options: CommonOptions & { method?: string; data?: string; header: string[]; attestor?: string },
+        options: CommonOptions & {
+          method?: string;
+          data?: string;
+          header: string[];
+          endpoint?: string;
+          attestor?: string;
+        },
       ) => {
         const out = makeOutput(options.json === true);
         const a = agent();
@@ -294,7 +304,8 @@ function buildProgram(
           identity: a.identity,
           ...(attestorUrl === undefined ? {} : { attestor: a.attestor(attestorUrl) }),
         });
-        const { response, attested } = await client.send(url, {
+        const target = options.endpoint === undefined ? url : endpointTarget(client, options.endpoint);
+        const { response, attested } = await client.send(target, {
           method,
           headers,
           ...(body === undefined ? {} : { body }),
@@ -309,6 +320,7 @@ function buildProgram(
         }
         out.result(
           {
+            url: requestUrl(target, client.origin),
             status: response.status,
             ok: response.status >= 200 && response.status < 300,
             service_did: discovery.did,
@@ -611,6 +623,20 @@ function describeListing(listing: Listing, full: boolean): string[] {
     `  discovery ${listing.discovery_url}`,
     `  listed ${listing.first_listed_at}, updated ${listing.updated_at}, fetched ${listing.fetched_at}`,
   ];
+}
+
+/** `accounts/me` → the resolved `accounts` endpoint with `/me` appended to its path. */
+function endpointTarget(client: ServiceClient, spec: string): string {
+  const slash = spec.indexOf("/");
+  return slash < 0 ? client.endpoint(spec) : client.endpoint(spec.slice(0, slash), spec.slice(slash));
+}
+
+/** The URL a request went to, without its query (which may hold tokens), as the call result names it. */
+function requestUrl(target: string, origin: string): string {
+  const url = new URL(target, `${origin}/`);
+  url.search = "";
+  url.hash = "";
+  return url.href;
 }
 
 function positiveInteger(value: string): number {

@@ -112,6 +112,15 @@ export interface TestEnv {
   named: Record<string, ServiceSite>;
   /** `https://localhost:PORT2`, serving a malformed discovery document. */
   broken: HttpsHost;
+  /**
+   * `https://localhost:PORT3`, attested_only, whose discovery document (in the upstream SDK's
+   * style) gives absolute endpoint URLs: `accounts` on another host (`splitApi`),
+   * `owner_invitation` on its own origin, `claim_completion` as a path, `claim_page` on a third
+   * host nobody serves. Reachable by name from a spawned CLI.
+   */
+  split: ServiceSite;
+  /** `https://localhost:PORT4`: the API host of `split` (its `did` is split's, the audience). */
+  splitApi: ServiceSite;
   trustHook(path: string, body: Record<string, unknown>): Promise<{ status: number; json: Record<string, unknown> }>;
   close(): Promise<void>;
 }
@@ -235,6 +244,24 @@ export async function startTestEnv(): Promise<TestEnv> {
   });
   siteHost.route("/proto/v1/hello", api(site, true));
 
+  // A service whose signed endpoints are absolute URLs, one of them on an API host of its own.
+  const splitHost = await startHttpsHost({ ca, hostnames: ["localhost"] });
+  const splitApiHost = await startHttpsHost({ ca, hostnames: ["localhost"] });
+  const split = makeSite(splitHost, "localhost");
+  const splitApi: ServiceSite = { ...makeSite(splitApiHost, "localhost"), did: split.did };
+  splitHost.serveDiscovery(
+    split.document({
+      endpoints: {
+        accounts: `${splitApi.origin}/proto/v1/accounts`,
+        owner_invitation: `${split.origin}/proto/v1/hello`,
+        claim_page: "https://claims.example/claim",
+        claim_completion: "/proto/v1/claim",
+      },
+    }),
+  );
+  splitHost.route("/proto/v1/hello", api(split, true));
+  for (const path of ["/proto/v1/accounts", "/proto/v1/accounts/me"]) splitApiHost.route(path, api(splitApi, true));
+
   // Named sites share one host: routes dispatch on the Host header.
   const named: Record<string, ServiceSite> = {};
   for (const name of namedHost.hostnames) named[name.replace(/\.test$/, "")] = makeSite(namedHost, name);
@@ -290,6 +317,8 @@ export async function startTestEnv(): Promise<TestEnv> {
     site,
     named,
     broken,
+    split,
+    splitApi,
     async trustHook(path, body) {
       const response = await fetch(`${trustFront.url}${path}`, {
         method: "POST",
@@ -306,6 +335,8 @@ export async function startTestEnv(): Promise<TestEnv> {
       await siteHost.close();
       await namedHost.close();
       await broken.close();
+      await splitHost.close();
+      await splitApiHost.close();
       await fetch.close();
       await pinnedFetch.close();
       rmSync(temp, { recursive: true, force: true });

@@ -9,7 +9,8 @@ import { DISCOVERY_PATH, type HttpsHost, PROOF_PATH, startHttpsHost, type TestCA
 
 export type SiteHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
-type SitePath = typeof PROOF_PATH | typeof DISCOVERY_PATH;
+/** The proof and discovery paths, which every site has and counts; any other path a test routes. */
+type SitePath = typeof PROOF_PATH | typeof DISCOVERY_PATH | (string & {});
 
 /** One service host the directory can fetch from: its own hostname, proof and discovery document. */
 export interface Site {
@@ -24,7 +25,7 @@ export interface Site {
   document(overrides?: Record<string, unknown>): Record<string, unknown>;
   serveProof(token: string): void;
   serveDiscovery(doc: unknown): void;
-  /** Replaces the handling of one of the two paths (misbehaviours, counters). */
+  /** Replaces the handling of a path: one of the two (misbehaviours, counters), or another (an API). */
   setHandler(path: SitePath, handler: SiteHandler): void;
   /** Whether the path has a handler yet (anything unhandled answers 404). */
   handles(path: SitePath): boolean;
@@ -45,11 +46,17 @@ export async function startSiteHost(ca: TestCA, count: number): Promise<SiteHost
   const host: HttpsHost = await startHttpsHost({ ca, hostnames });
   const handlers = new Map<string, Map<string, SiteHandler>>();
   const hits = new Map<string, { proof: number; discovery: number }>();
-  for (const path of [PROOF_PATH, DISCOVERY_PATH]) {
+  const routed = new Set<string>();
+  /** One route per path on the shared host, dispatching on the Host header to that site's handler. */
+  const routePath = (path: string) => {
+    if (routed.has(path)) return;
+    routed.add(path);
     host.route(path, (req, res) => {
       const name = (req.headers.host ?? "").split(":")[0] ?? "";
       const counter = hits.get(name);
-      if (counter) counter[path === PROOF_PATH ? "proof" : "discovery"]++;
+      if (counter && (path === PROOF_PATH || path === DISCOVERY_PATH)) {
+        counter[path === PROOF_PATH ? "proof" : "discovery"]++;
+      }
       const handler = handlers.get(name)?.get(path);
       if (handler === undefined) {
         res.writeHead(404, { "content-type": "text/plain" });
@@ -58,7 +65,9 @@ export async function startSiteHost(ca: TestCA, count: number): Promise<SiteHost
       }
       handler(req, res);
     });
-  }
+  };
+  routePath(PROOF_PATH);
+  routePath(DISCOVERY_PATH);
 
   let next = 0;
   return {
@@ -105,6 +114,7 @@ export async function startSiteHost(ca: TestCA, count: number): Promise<SiteHost
           });
         },
         setHandler(path, handler) {
+          routePath(path);
           own.set(path, handler);
         },
         handles: (path) => own.has(path),

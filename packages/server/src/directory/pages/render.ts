@@ -3,6 +3,7 @@
  * discovery document) was written by whoever controls a host, so it only ever reaches the page
  * through the escaping `html` template, and becomes a link only when it is an http(s) URL.
  */
+import { InvalidEndpointError, resolveEndpoint, SIGNED_ENDPOINTS } from "@proto/protocol";
 import { type HtmlValue, html, type SafeHtml } from "../../platform/html.js";
 import type { Listing, ListingStatus } from "../listing.js";
 import { browsePath, listingApiPath, listingPagePath } from "./paths.js";
@@ -215,7 +216,61 @@ function duration(seconds: number): string {
   return `${rounded.toLocaleString("en-US")} ${unit}${rounded === 1 ? "" : "s"}`;
 }
 
-function discoverySection(doc: Record<string, unknown>): SafeHtml {
+const SIGNED = new Set<string>(SIGNED_ENDPOINTS);
+
+/** The endpoint as resolved against the discovery document's origin, or undefined when it is no URL. */
+function resolved(discoveryUrl: string, value: string): URL | undefined {
+  try {
+    return resolveEndpoint(discoveryUrl, value);
+  } catch (error) {
+    if (error instanceof InvalidEndpointError || error instanceof TypeError) return undefined;
+    throw error;
+  }
+}
+
+/**
+ * An endpoint as published (a path, or an absolute URL), saying when it lies on another host than
+ * the discovery document's. The claim page is for people, so it is a link (a path resolved against
+ * the discovery host); the others take signed POSTs from agents, so they are text, never links.
+ */
+function endpointValue(key: string, value: unknown, discoveryUrl: string): SafeHtml {
+  if (typeof value !== "string") return jsonValue(value);
+  const url = resolved(discoveryUrl, value);
+  if (url === undefined) return key === "claim_page" ? outbound(value) : html`<code>${value}</code>`;
+  const web = url.protocol === "https:" || url.protocol === "http:";
+  const elsewhere =
+    web && url.host !== hostOfUrl(discoveryUrl)
+      ? html` <span class="muted other-host">on another host, ${url.host}</span>`
+      : "";
+  if (key === "claim_page") return html`${outbound(url.href, value)}${elsewhere}`;
+  return html`<code>${value}</code>${elsewhere}`;
+}
+
+function hostOfUrl(value: string): string {
+  try {
+    return new URL(value).host;
+  } catch {
+    return value;
+  }
+}
+
+function endpointList(endpoints: Record<string, unknown>, discoveryUrl: string): SafeHtml {
+  const rows = ENDPOINT_LABELS.filter(([key]) => endpoints[key] !== undefined).map(
+    ([key, label]) =>
+      html`<dt>${label}</dt><dd>${
+        SIGNED.has(key) || key === "claim_page"
+          ? endpointValue(key, endpoints[key], discoveryUrl)
+          : jsonValue(endpoints[key])
+      }</dd>`,
+  );
+  const knownKeys = new Set(ENDPOINT_LABELS.map(([key]) => key));
+  const others = Object.entries(endpoints)
+    .filter(([key]) => !knownKeys.has(key))
+    .map(([key, value]) => html`<dt><code>${key}</code></dt><dd>${jsonValue(value)}</dd>`);
+  return html`<dl>${rows}${others}</dl>`;
+}
+
+function discoverySection(doc: Record<string, unknown>, discoveryUrl: string): SafeHtml {
   const endpoints = isRecord(doc.endpoints) ? doc.endpoints : {};
   const limits = doc.limits;
   const billing = doc.billing;
@@ -226,8 +281,8 @@ function discoverySection(doc: Record<string, unknown>): SafeHtml {
 <dt>Signature algorithms</dt><dd>${jsonValue(doc.signature_algorithms)}</dd>
 </dl>
 <h3 id="d-endpoints">Endpoints</h3>
-<p class="muted">Paths are on the service host; the claim page is a full address.</p>
-${members(endpoints, ENDPOINT_LABELS)}
+<p class="muted">An endpoint is a path on the host this document is served from, or a full address, which may name another host. Agents send signed requests to all but the claim page, which is for people.</p>
+${endpointList(endpoints, discoveryUrl)}
 ${endpoints.key_rotation === undefined ? html`<p class="muted">No key rotation endpoint.</p>` : ""}
 <h3 id="d-features">Features</h3>
 ${labelledList(doc.features, FEATURE_LABELS, "None advertised (two-step invitation is always supported).")}
@@ -339,7 +394,7 @@ ${
 <section aria-labelledby="h-discovery">
 <h2 id="h-discovery">Discovery document</h2>
 <p class="muted">As last fetched from ${outbound(listing.discovery_url)}, ${time(listing.fetched_at)}.</p>
-${discoverySection(doc)}
+${discoverySection(doc, listing.discovery_url)}
 </section>
 </article>`;
 }
