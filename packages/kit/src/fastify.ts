@@ -4,6 +4,7 @@
  */
 import { Readable } from "node:stream";
 import {
+  appendChallenge,
   attemptedProtocol,
   ProtoError,
   refuseMissingHost,
@@ -34,7 +35,19 @@ const rawBodies = new WeakMap<object, Buffer>();
 
 function send(reply: FastifyReply, response: KitResponse): FastifyReply {
   reply.code(response.status);
-  for (const [name, value] of Object.entries(response.headers)) reply.header(name, value);
+  for (const [name, value] of Object.entries(response.headers)) {
+    if (name === "www-authenticate") {
+      // Upstream §5.7: the application's own challenges (a bearer scheme, say) stay, in order; ours follow.
+      const existing = reply.getHeader(name) as string | string[] | undefined;
+      let challenges = existing === undefined ? [] : typeof existing === "string" ? [existing] : existing;
+      for (const challenge of typeof value === "string" ? [value] : value) {
+        challenges = appendChallenge(challenges, challenge);
+      }
+      reply.header(name, challenges);
+    } else {
+      reply.header(name, value);
+    }
+  }
   return reply.send(response.body ?? "");
 }
 

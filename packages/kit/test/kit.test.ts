@@ -5,6 +5,7 @@ import {
   findProtoChallenge,
   isReservedErrorCode,
   ProtoError,
+  parseWwwAuthenticate,
   RESERVED_ERRORS,
   signRequest,
   validateDiscoveryDocument,
@@ -322,6 +323,18 @@ for (const engine of ENGINES) {
       const malformed = await main.signed((await signedUp()).agent, "POST", INVITE, { body: {} });
       assert.equal(malformed.status, 400);
       assert.equal(malformed.headers.get("www-authenticate"), null);
+    });
+
+    test("another scheme's challenge set by the application stays, in order, before ours (upstream §5.7)", async () => {
+      const refused = await main.request("GET", "/api/bearer-too");
+      ledger.expect(refused, 401, "invalid_signature");
+      const challenges = parseWwwAuthenticate(refused.headers.get("www-authenticate"));
+      assert.deepEqual(
+        challenges.map((c) => c.scheme),
+        ["Bearer", "Proto"],
+      );
+      assert.deepEqual(challenges[0]?.params, { realm: "notes", resource_metadata: "https://notes.example/rm" });
+      assert.equal(challenges[1]?.params.discovery, `${MAIN.origin}/.well-known/proto`);
     });
 
     test("optional authentication (upstream §5.8): anonymous served, signed recognised, bad credentials 401", async () => {

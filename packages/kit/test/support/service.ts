@@ -47,6 +47,17 @@ export async function startService(options: KitOptions, clock: TestClock): Promi
     note: request.body,
   }));
   app.get("/api/whoami", agentRoute(kit), async (request) => ({ did: request.proto?.did }));
+  // A route that also speaks a bearer scheme: its challenge is set before the kit answers.
+  app.get(
+    "/api/bearer-too",
+    {
+      onRequest: async (_request, reply) => {
+        reply.header("www-authenticate", 'Bearer realm="notes", resource_metadata="https://notes.example/rm"');
+      },
+      ...agentRoute(kit),
+    },
+    async (request) => ({ did: request.proto?.did }),
+  );
   // Optional authentication (upstream §5.8): anonymous callers welcome, signed ones recognised.
   app.get("/api/maybe", agentRoute(kit, { optional: true }), async (request) => ({ did: request.proto?.did ?? null }));
   app.post("/api/plain", async (request) => ({ echo: request.body }));
