@@ -21,6 +21,8 @@ export const DEFAULT_ENDPOINTS = {
   owner_invitation: "/proto/v1/accounts/me/owner-invitation",
   claim_completion: "/proto/v1/claim",
   key_rotation: "/proto/v1/accounts/me/keys/rotate",
+  key_rekey: "/proto/v1/accounts/keys/rekey",
+  key_revocation: "/proto/v1/accounts/keys/revoke",
   /** Path of the claim page on the public origin (the document carries the full URI). */
   claim_page_path: "/proto/claim",
 } as const;
@@ -32,10 +34,14 @@ export interface DiscoveryInput {
    * Endpoint paths; defaults in `DEFAULT_ENDPOINTS`. An absolute URL on `publicUrl`'s origin is
    * accepted and written as its path; a signed endpoint on another origin is refused (the kit
    * answers on its own origin only). `claim_page` defaults to `{publicUrl}/proto/claim`; a path is
-   * written as a full URI on `publicUrl`, and any other host is fine. Set `key_rotation` to `null`
-   * to leave key rotation out.
+   * written as a full URI on `publicUrl`, and any other host is fine. Set `key_rotation`,
+   * `key_rekey` or `key_revocation` to `null` to leave that operation out.
    */
-  endpoints?: Partial<Omit<DiscoveryEndpoints, "key_rotation">> & { key_rotation?: string | null };
+  endpoints?: Partial<Omit<DiscoveryEndpoints, "key_rotation" | "key_rekey" | "key_revocation">> & {
+    key_rotation?: string | null;
+    key_rekey?: string | null;
+    key_revocation?: string | null;
+  };
   signature_algorithms?: SignatureAlgorithm[];
   /** Default: `attestation` when attestors are accepted, `key_rotation` when the endpoint exists. */
   features?: DiscoveryFeature[];
@@ -84,10 +90,14 @@ export function buildDiscoveryDocument(input: DiscoveryInput, options: BuildDisc
     owner_invitation: DEFAULT_ENDPOINTS.owner_invitation,
     claim_completion: DEFAULT_ENDPOINTS.claim_completion,
     key_rotation: DEFAULT_ENDPOINTS.key_rotation,
+    key_rekey: DEFAULT_ENDPOINTS.key_rekey,
+    key_revocation: DEFAULT_ENDPOINTS.key_revocation,
     ...(publicUrl === undefined ? {} : { claim_page: `${publicUrl.origin}${DEFAULT_ENDPOINTS.claim_page_path}` }),
     ...endpointInput,
   };
-  if (endpoints.key_rotation === null) delete endpoints.key_rotation;
+  for (const optional of ["key_rotation", "key_rekey", "key_revocation"]) {
+    if (endpoints[optional] === null) delete endpoints[optional];
+  }
 
   const billing: Record<string, unknown> = { unclaimed_mode: "attested_only", ...input.billing };
   if (billing.accepted_attestors === undefined && options.acceptedAttestors !== undefined) {
@@ -178,7 +188,8 @@ function ownUrl(origin: string, value: string, name: string): URL {
  */
 function ownEndpoints(doc: DiscoveryDocument, origin: string): void {
   const endpoints = doc.endpoints as Record<string, unknown>;
-  for (const name of SIGNED_ENDPOINTS) {
+  // The owner endpoints answer on the kit's origin too (the owner session cookie lives there).
+  for (const name of [...SIGNED_ENDPOINTS, "key_rekey", "key_revocation"]) {
     const value = endpoints[name];
     if (typeof value !== "string") continue;
     const url = ownUrl(origin, value, name);

@@ -29,9 +29,9 @@ import {
 } from "./http.js";
 import { invitationHandler } from "./invitation.js";
 import {
+  keyRekeyHandler,
+  keyRevocationHandler,
   ownedAccountsHandler,
-  ownerRekeyHandler,
-  ownerRevokeHandler,
   signInCallbackHandler,
   signInStartHandler,
   signOutHandler,
@@ -484,8 +484,11 @@ export class Kit {
     add("GET", `${owner}/callback`, this.#page(signInCallbackHandler(core), "Sign-in failed"));
     add("POST", `${owner}/signout`, this.#json(signOutHandler(core)));
     add("GET", `${owner}/accounts`, this.#json(ownedAccountsHandler(core)));
-    add("POST", `${owner}/accounts/revoke`, this.#json(ownerRevokeHandler(core)));
-    add("POST", `${owner}/accounts/rekey`, this.#json(ownerRekeyHandler(core)));
+    // Owner re-key and revocation (upstream §8.2, §8.4): owner session only, advertised in discovery.
+    if (endpoints.key_rekey !== undefined) add("POST", endpoints.key_rekey, this.#json(keyRekeyHandler(core)));
+    if (endpoints.key_revocation !== undefined) {
+      add("POST", endpoints.key_revocation, this.#json(keyRevocationHandler(core)));
+    }
   }
 
   // ---------------------------------------------------------------- housekeeping

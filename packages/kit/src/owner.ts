@@ -7,7 +7,7 @@ import type { Handler, KitCore } from "./core.js";
 import { kitError } from "./errors.js";
 import { jsonResponse, type KitRequest, redirectResponse } from "./http.js";
 import { isJson, parseJsonObject, requireDidKey } from "./request-body.js";
-import { type OwnerAccountView, toOwnerAccountView } from "./resource.js";
+import { accountExpiresAt, type OwnerAccountView, toOwnerAccountView } from "./resource.js";
 import { identityKeys, type OwnerSession } from "./sessions.js";
 import type { AccountRecord, PersonRecord } from "./store/types.js";
 import { isoTime } from "./util.js";
@@ -78,26 +78,28 @@ export function ownedAccountsHandler(core: KitCore): Handler {
   };
 }
 
-async function ownerView(core: KitCore, accountId: string): Promise<OwnerAccountView> {
-  const record = await core.store.findAccountById(accountId);
-  if (record === undefined) throw new Error("account vanished");
-  return toOwnerAccountView(record, core.accountResource(record), "owner");
-}
-
-/** Owner-binding operations: a session (401), a CLAIMED account (409), its owner (403), fresh (403). */
-async function ownerOperation(
-  core: KitCore,
-  request: KitRequest,
-): Promise<{ session: OwnerSession; record: AccountRecord; body: Record<string, unknown> }> {
-  const session = await requireSession(core, request);
+/** The body of an owner operation: JSON only (a cross-site form cannot send it without a preflight). */
+function jsonBody(request: KitRequest): Record<string, unknown> {
   if (!isJson(request.headers)) {
     throw protoError("malformed_request", { message: "owner operations take a JSON body (application/json)" });
   }
-  const body = parseJsonObject(request.body);
-  const did = requireDidKey(body.did, "did");
-  const record = await core.store.findAccountByDid(did);
-  if (record === undefined) {
-    throw ownerAuthenticationRequired({ hasSession: true, message: "you do not own an account with this DID" });
+  return parseJsonObject(request.body);
+}
+
+/**
+ * Owner-binding operations (upstream §7.5, §8.2, §8.4), checked in this order: a session (401), the
+ * account (404 `unknown_account`, 410 `account_expired`), CLAIMED (409 `not_claimed`), its owner
+ * (403), authenticated within the freshness window (403 `owner_session_too_stale`).
+ */
+async function ownerOperation(
+  core: KitCore,
+  session: OwnerSession,
+  record: AccountRecord | undefined,
+): Promise<AccountRecord> {
+  if (record === undefined) throw protoError("unknown_account", { message: "no account with this DID or id" });
+  const expiresAt = accountExpiresAt(record, core.options.ttlSeconds);
+  if (expiresAt !== undefined && core.now() >= expiresAt) {
+    throw protoError("account_expired", { message: "this unclaimed account expired" });
   }
   if (record.claimedAt === undefined) throw protoError("not_claimed", { message: "the account has no owner yet" });
   if (!owns(session, identityKeys(session), record)) {
@@ -109,34 +111,79 @@ async function ownerOperation(
       message: `sign in again: this operation needs an authentication within ${freshness} seconds`,
     });
   }
-  return { session, record, body };
+  return record;
 }
 
-export function ownerRevokeHandler(core: KitCore): Handler {
+/**
+ * `POST {key_rekey}` (upstream §8.2): `{current_account_did, new_account_did}` binds a new agent
+ * key to a claimed account; `account_id` and the owner stay. 200 `{account_id, agent_did,
+ * old_revoked_at, state}`.
+ */
+export function keyRekeyHandler(core: KitCore): Handler {
   return async (request) => {
-    const { record } = await ownerOperation(core, request);
-    if (record.keyRevokedAt === undefined) {
-      await core.store.revokeKey({ accountId: record.id, did: record.did, now: core.now(), reason: "owner_revoked" });
+    const session = await requireSession(core, request);
+    const body = jsonBody(request);
+    const current = requireDidKey(body.current_account_did, "current_account_did");
+    const next = requireDidKey(body.new_account_did, "new_account_did");
+    if (next === current) {
+      throw protoError("malformed_request", { message: "new_account_did is the current DID" });
     }
-    return jsonResponse(200, { account: await ownerView(core, record.id) });
-  };
-}
-
-export function ownerRekeyHandler(core: KitCore): Handler {
-  return async (request) => {
-    const { record, body } = await ownerOperation(core, request);
-    const newDid = requireDidKey(body.new_account_did, "new_account_did");
-    if (newDid === record.did) throw protoError("malformed_request", { message: "new_account_did is the current DID" });
+    const record = await ownerOperation(core, session, await core.store.findAccountByDid(current));
+    const now = core.now();
     const outcome = await core.store.rotateKey({
       accountId: record.id,
-      fromDid: record.did,
-      toDid: newDid,
-      now: core.now(),
+      fromDid: current,
+      toDid: next,
+      now,
       reason: "owner_rekeyed",
       unclaimedOnly: false,
     });
-    if (outcome === "did_in_use") throw kitError("kit_did_in_use");
-    if (outcome === "stale") throw kitError("kit_did_in_use", "the account's key changed meanwhile; reload");
-    return jsonResponse(200, { account: await ownerView(core, record.id) });
+    if (outcome === "did_in_use") {
+      throw protoError("already_claimed", { message: "new_account_did is already used by an account, or revoked" });
+    }
+    if (outcome === "stale") throw protoError("unknown_account", { message: "the account's key changed meanwhile" });
+    const account = await ownerView(core, record.id);
+    return jsonResponse(200, {
+      account_id: account.account_id,
+      agent_did: account.agent_did,
+      old_revoked_at: isoTime(now),
+      state: account.state,
+    });
   };
+}
+
+/**
+ * `POST {key_revocation}` (upstream §8.4): `{account_id}` or `{agent_did}` revokes the account's
+ * agent key, idempotently. 200 `{account_id, revoked_at}` (the first revocation's time).
+ */
+export function keyRevocationHandler(core: KitCore): Handler {
+  return async (request) => {
+    const session = await requireSession(core, request);
+    const body = jsonBody(request);
+    const { account_id: accountId, agent_did: agentDid } = body;
+    if ((accountId === undefined) === (agentDid === undefined)) {
+      throw protoError("malformed_request", { message: "send account_id or agent_did (one of them)" });
+    }
+    let found: AccountRecord | undefined;
+    if (accountId !== undefined) {
+      if (typeof accountId !== "string" || accountId.length === 0 || accountId.length > 128) {
+        throw protoError("malformed_request", { message: "account_id must be a string" });
+      }
+      found = await core.store.findAccountById(accountId);
+    } else {
+      found = await core.store.findAccountByDid(requireDidKey(agentDid, "agent_did"));
+    }
+    const record = await ownerOperation(core, session, found);
+    if (record.keyRevokedAt === undefined) {
+      await core.store.revokeKey({ accountId: record.id, did: record.did, now: core.now(), reason: "owner_revoked" });
+    }
+    const after = await ownerView(core, record.id);
+    return jsonResponse(200, { account_id: after.account_id, revoked_at: after.key_revoked_at });
+  };
+}
+
+async function ownerView(core: KitCore, accountId: string): Promise<OwnerAccountView> {
+  const record = await core.store.findAccountById(accountId);
+  if (record === undefined) throw new Error("account vanished");
+  return toOwnerAccountView(record, core.accountResource(record), "owner");
 }

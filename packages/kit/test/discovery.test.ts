@@ -27,6 +27,8 @@ describe("discovery document builder", () => {
         owner_invitation: DEFAULT_ENDPOINTS.owner_invitation,
         claim_completion: DEFAULT_ENDPOINTS.claim_completion,
         key_rotation: DEFAULT_ENDPOINTS.key_rotation,
+        key_rekey: DEFAULT_ENDPOINTS.key_rekey,
+        key_revocation: DEFAULT_ENDPOINTS.key_revocation,
         claim_page: "https://api.example.com/proto/claim",
       },
       signature_algorithms: ["ed25519"],
@@ -168,6 +170,8 @@ describe("discovery document builder", () => {
       claim_page: "https://a.example:8443/claim",
       claim_completion: "/api/claim",
       key_rotation: "/api/rotate",
+      key_rekey: DEFAULT_ENDPOINTS.key_rekey,
+      key_revocation: DEFAULT_ENDPOINTS.key_revocation,
     });
     assert.ok(validateDiscoveryDocument(doc).valid);
   });
@@ -180,7 +184,10 @@ describe("discovery document builder", () => {
       claim_completion: "https://api.example.com/proto/v1/claim",
       key_rotation: "https://api.example.com/proto/v1/accounts/me/keys/rotate",
     };
-    const doc = buildDiscoveryDocument({ service_did: "did:web:api.example.com", endpoints });
+    const doc = buildDiscoveryDocument({
+      service_did: "did:web:api.example.com",
+      endpoints: { ...endpoints, key_rekey: null, key_revocation: null },
+    });
     assert.deepEqual(doc.endpoints, endpoints);
   });
 

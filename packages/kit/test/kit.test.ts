@@ -48,6 +48,8 @@ const INVITE = "/proto/v1/accounts/me/owner-invitation";
 const ROTATE = "/proto/v1/accounts/me/keys/rotate";
 const CLAIM = "/proto/v1/claim";
 const OWNER = "/proto/owner";
+const REKEY = "/proto/v1/accounts/keys/rekey";
+const REVOKE = "/proto/v1/accounts/keys/revoke";
 const INVITATION_TTL = 3600;
 /** An RFC 3339 time within a few seconds of `ms` (the suite's clock keeps ticking). */
 function assertAbout(iso: string, ms: number): void {
@@ -213,6 +215,8 @@ for (const engine of ENGINES) {
         claim_completion: CLAIM,
         key_rotation: ROTATE,
         claim_page: `${MAIN.origin}/proto/claim`,
+        key_rekey: REKEY,
+        key_revocation: REVOKE,
       });
       assert.deepEqual(doc.billing, { unclaimed_mode: "attested_only", accepted_attestors: ["proto-trust"] });
       assert.deepEqual(doc.recipient_types, ["email", "oidc"]);
@@ -792,56 +796,126 @@ for (const engine of ENGINES) {
         );
       });
 
-      test("owner operations: no session 401, someone else's session 403, an unclaimed account 409", async () => {
-        const body = { did: alice.agent.did };
+      test("owner operations (upstream §8.2, §8.4): no session 401, someone else's 403, unknown 404, unclaimed 409", async () => {
+        const body = { agent_did: alice.agent.did };
+        ledger.expect(await main.request("POST", REVOKE, { body }), 401, "owner_authentication_required");
         ledger.expect(
-          await main.request("POST", `${OWNER}/accounts/revoke`, { body }),
+          await main.request("POST", REKEY, {
+            body: { current_account_did: alice.agent.did, new_account_did: newAgent().did },
+          }),
           401,
           "owner_authentication_required",
         );
-        const bobRevoke = await bobB.send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, { json: body });
+        const bobRevoke = await bobB.send("POST", `${MAIN.origin}${REVOKE}`, { json: body });
         ledger.expect(bobRevoke, 403, "owner_authentication_required");
         const unclaimed = await signedUp();
-        const onUnclaimed = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
-          json: { did: unclaimed.agent.did },
+        const onUnclaimed = await aliceBrowser().send("POST", `${MAIN.origin}${REVOKE}`, {
+          json: { agent_did: unclaimed.agent.did },
         });
         ledger.expect(onUnclaimed, 409, "not_claimed");
-        const notJson = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
-          form: { did: alice.agent.did },
-        });
+        ledger.expect(
+          await aliceBrowser().send("POST", `${MAIN.origin}${REVOKE}`, { json: { account_id: "acct_nothing" } }),
+          404,
+          "unknown_account",
+        );
+        ledger.expect(
+          await aliceBrowser().send("POST", `${MAIN.origin}${REKEY}`, {
+            json: { current_account_did: newAgent().did, new_account_did: newAgent().did },
+          }),
+          404,
+          "unknown_account",
+        );
+        for (const json of [
+          {},
+          { account_id: alice.account.account_id, agent_did: alice.agent.did },
+          { agent_did: "did:web:nope.example" },
+          { account_id: 7 },
+        ]) {
+          ledger.expect(
+            await aliceBrowser().send("POST", `${MAIN.origin}${REVOKE}`, { json }),
+            400,
+            "malformed_request",
+          );
+        }
+        const notJson = await aliceBrowser().send("POST", `${MAIN.origin}${REVOKE}`, { form: body });
         ledger.expect(notJson, 400, "malformed_request");
+        ledger.expect(
+          await aliceBrowser().send("POST", `${MAIN.origin}${REKEY}`, {
+            json: { current_account_did: alice.agent.did, new_account_did: alice.agent.did },
+          }),
+          400,
+          "malformed_request",
+        );
+        ledger.expect(
+          await aliceBrowser().send("POST", `${MAIN.origin}${REKEY}`, {
+            json: { current_account_did: alice.agent.did, new_account_did: unclaimed.agent.did },
+          }),
+          409,
+          "already_claimed",
+        );
+        // An agent signature never reaches the owner endpoints.
+        ledger.expect(await main.signed(alice.agent, "POST", REVOKE, { body }), 401, "owner_authentication_required");
       });
 
-      test("the owner re-keys the account; the old key is revoked", async () => {
+      test("the owner re-keys the account: account_id and owner stay, the old key is revoked everywhere", async () => {
         const next = newAgent();
-        const rekeyed = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/rekey`, {
-          json: { did: alice.agent.did, new_account_did: next.did },
+        const rekeyed = await aliceBrowser().send("POST", `${MAIN.origin}${REKEY}`, {
+          json: { current_account_did: alice.agent.did, new_account_did: next.did },
         });
         assert.equal(rekeyed.status, 200, rekeyed.text);
-        assert.equal(rekeyed.json.account.agent_did, next.did);
-        assert.equal(rekeyed.json.account.state, "CLAIMED");
+        assert.deepEqual(Object.keys(rekeyed.json).sort(), ["account_id", "agent_did", "old_revoked_at", "state"]);
+        assert.equal(rekeyed.json.account_id, alice.account.account_id);
+        assert.equal(rekeyed.json.agent_did, next.did);
+        assert.equal(rekeyed.json.state, "CLAIMED");
+        assertAbout(rekeyed.json.old_revoked_at, clock.now());
         ledger.expect(await main.signed(alice.agent, "GET", ME), 401, "revoked_key");
+        ledger.expect(await main.signed(alice.agent, "POST", ACCOUNTS), 401, "revoked_key");
+        ledger.expect(
+          await main.signed(alice.agent, "POST", "/api/notes", { body: { text: "x" } }),
+          401,
+          "revoked_key",
+        );
         const me = await main.signed(next, "GET", ME);
         assert.equal(me.status, 200, me.text);
         assert.equal(me.json.account_id, alice.account.account_id);
+        assert.deepEqual(me.json.owner.identity, { type: "oidc", value: { issuer: "proto-trust", sub: subH } });
         alice.agent = next;
       });
 
       test("owner-binding operations need a recent authentication: 301 s later it is owner_session_too_stale", async () => {
         clock.advance(301);
-        const stale = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
-          json: { did: alice.agent.did },
+        const stale = await aliceBrowser().send("POST", `${MAIN.origin}${REVOKE}`, {
+          json: { agent_did: alice.agent.did },
         });
         ledger.expect(stale, 403, "owner_session_too_stale");
         // Signing in again refreshes the authentication time; the revocation then goes through.
         const landed = await signIn(aliceBrowser(), alice.email);
         assert.equal(landed.status, 200, landed.text);
-        const revoked = await aliceBrowser().send("POST", `${MAIN.origin}${OWNER}/accounts/revoke`, {
-          json: { did: alice.agent.did },
+        const revoked = await aliceBrowser().send("POST", `${MAIN.origin}${REVOKE}`, {
+          json: { agent_did: alice.agent.did },
         });
         assert.equal(revoked.status, 200, revoked.text);
-        assert.ok(revoked.json.account.key_revoked_at);
+        assert.deepEqual(Object.keys(revoked.json).sort(), ["account_id", "revoked_at"]);
+        assert.equal(revoked.json.account_id, alice.account.account_id);
         ledger.expect(await main.signed(alice.agent, "GET", ME), 401, "revoked_key");
+        // Idempotent, by account_id too: the first revocation's time.
+        clock.advance(5);
+        const again = await aliceBrowser().send("POST", `${MAIN.origin}${REVOKE}`, {
+          json: { account_id: alice.account.account_id },
+        });
+        assert.equal(again.status, 200, again.text);
+        assert.equal(again.json.revoked_at, revoked.json.revoked_at);
+        // A re-key after the revocation gives the account a working key again.
+        const restored = newAgent();
+        const rekeyed = await aliceBrowser().send("POST", `${MAIN.origin}${REKEY}`, {
+          json: { current_account_did: alice.agent.did, new_account_did: restored.did },
+        });
+        assert.equal(rekeyed.status, 200, rekeyed.text);
+        const me = await main.signed(restored, "GET", ME, {
+          attestation: await attestor.mint(await attestor.link(restored, alice.email), MAIN.did),
+        });
+        assert.equal(me.status, 200, me.text);
+        assert.equal(me.json.state, "CLAIMED");
       });
 
       test("sign-out ends the owner session", async () => {

@@ -44,6 +44,10 @@ export interface DiscoveryEndpoints {
   claim_page: string;
   claim_completion: string;
   key_rotation?: string;
+  /** Owner re-key (upstream §8.2): owner session only. */
+  key_rekey?: string;
+  /** Owner revocation (upstream §8.4): owner session only. */
+  key_revocation?: string;
   [unknownKey: string]: unknown;
 }
 
@@ -137,7 +141,15 @@ export function validateDiscoveryDocument(doc: unknown): DiscoveryValidationResu
   return { valid: false, errors };
 }
 
-const ENDPOINT_KEYS = ["accounts", "owner_invitation", "claim_page", "claim_completion", "key_rotation"] as const;
+const ENDPOINT_KEYS = [
+  "accounts",
+  "owner_invitation",
+  "claim_page",
+  "claim_completion",
+  "key_rotation",
+  "key_rekey",
+  "key_revocation",
+] as const;
 
 function unparsableEndpoints(doc: DiscoveryDocument): DiscoveryValidationError[] {
   const errors: DiscoveryValidationError[] = [];
