@@ -47,7 +47,10 @@ export const KIT_ERRORS = {
   },
   unknown_account: {
     statuses: [404],
-    situations: ["a signed request from an unknown DID when implicit signup is off (or unclaimed_mode is denied)"],
+    situations: [
+      "a signed request from an unknown DID when implicit signup is off (or unclaimed_mode is denied)",
+      "owner re-key or revocation naming no account",
+    ],
   },
   invitation_not_found: {
     statuses: [404],
@@ -65,7 +68,10 @@ export const KIT_ERRORS = {
   },
   already_claimed: {
     statuses: [409],
-    situations: ["owner invitation for a CLAIMED account; claim completion for an account that is already CLAIMED"],
+    situations: [
+      "owner invitation for a CLAIMED account; claim completion for an account that is already CLAIMED",
+      "owner re-key to a DID already used by an account or revoked",
+    ],
   },
   not_claimed: {
     statuses: [409],
