@@ -123,5 +123,16 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
     );
     assert.notEqual(refused.code, 0);
     assert.match(refused.stderr, /malformed_request: redirect_url must be on an allowed origin/);
+
+    // The owner revoked this key (upstream §8.4): terminal, and the CLI says what to do next.
+    const record = await kit.store.findAccountByDid(did);
+    assert.ok(record);
+    await kit.store.revokeKey({ accountId: record.id, did, now: Date.now(), reason: "owner_revoked" });
+    for (const args of [["account", "show", origin], ["call", `${origin}/proto/v1/accounts/me`]]) {
+      const revoked = await runCli(args, options);
+      assert.equal(revoked.code, 4, `${args.join(" ")}: ${revoked.stderr}`);
+      assert.match(revoked.stderr, /^proto: revoked_key: /m);
+      assert.match(revoked.stderr, /ask the account's owner to re-key it .*`proto keys rotate`.*`proto trust link`/);
+    }
   });
 });

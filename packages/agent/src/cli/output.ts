@@ -65,6 +65,24 @@ export function describeError(error: unknown): {
   return { code: "internal_error", message: oneLine(message) };
 }
 
+/**
+ * What a person can do about a final refusal, printed under it. Codes the agent cannot fix by
+ * retrying: the key or the binding is gone for good.
+ */
+const NEXT_STEPS: Record<string, string> = {
+  revoked_key:
+    "this service revoked the agent's key: ask the account's owner to re-key it to a new key " +
+    "(`proto keys rotate` makes one and prints its DID), then link that key with `proto trust link`",
+  binding_revoked:
+    "the person revoked this agent's link at the attestor: run `proto trust link` again to be linked anew",
+  binding_expired: "the link to the person lapsed unused: run `proto trust link` again",
+};
+
+/** The next step for a refusal code, if there is one to give. */
+export function nextStepFor(code: string): string | undefined {
+  return NEXT_STEPS[code];
+}
+
 export interface Streams {
   stdout: NodeJS.WriteStream;
   stderr: NodeJS.WriteStream;
@@ -107,6 +125,8 @@ export class Output {
   error(error: unknown): void {
     const described = describeError(error);
     this.stderr.write(`proto: ${described.code}: ${described.message}\n`);
+    const next = nextStepFor(described.code);
+    if (next !== undefined) this.stderr.write(`proto: ${next}\n`);
     if (this.json) this.errorDocument(error);
   }
 

@@ -20,7 +20,7 @@ import { normaliseBaseUrl } from "../http.js";
 import { discoverService, ServiceClient } from "../service.js";
 import { AgentStore, defaultHome } from "../store.js";
 import { runLink } from "./link.js";
-import { EXIT, exitCodeOf, Interrupted, Output } from "./output.js";
+import { EXIT, exitCodeOf, Interrupted, nextStepFor, Output } from "./output.js";
 
 export interface RunContext {
   argv: string[];
@@ -341,6 +341,8 @@ function buildProgram(
               ? envelope.error.message
               : `the service answered HTTP ${response.status} ${response.statusText}`.trim();
           context.stderr.write(`proto: ${code}: ${message.replace(/\s+/g, " ")}\n`);
+          const next = nextStepFor(code);
+          if (next !== undefined) context.stderr.write(`proto: ${next}\n`);
           setExit(response.status === 401 || response.status === 403 ? EXIT.auth : EXIT.server);
         }
       },
