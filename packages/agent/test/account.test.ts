@@ -128,7 +128,10 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
     const record = await kit.store.findAccountByDid(did);
     assert.ok(record);
     await kit.store.revokeKey({ accountId: record.id, did, now: Date.now(), reason: "owner_revoked" });
-    for (const args of [["account", "show", origin], ["call", `${origin}/proto/v1/accounts/me`]]) {
+    for (const args of [
+      ["account", "show", origin],
+      ["call", `${origin}/proto/v1/accounts/me`],
+    ]) {
       const revoked = await runCli(args, options);
       assert.equal(revoked.code, 4, `${args.join(" ")}: ${revoked.stderr}`);
       assert.match(revoked.stderr, /^proto: revoked_key: /m);
