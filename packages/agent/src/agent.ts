@@ -3,18 +3,19 @@
  * with URLs resolved the way the CLI resolves them.
  */
 import { AttestorClient } from "./attestor.js";
+import { Attestors } from "./attestors.js";
 import { DirectoryClient } from "./directory.js";
 import { UsageError } from "./errors.js";
 import type { HttpOptions } from "./http.js";
 import { normaliseBaseUrl } from "./http.js";
 import type { AgentIdentity } from "./identity.js";
 import { ServiceClient, type ServiceClientOptions } from "./service.js";
-import { AgentStore, defaultHome } from "./store.js";
+import { AgentStore, type BindingRecord, defaultHome } from "./store.js";
 
 export interface AgentOptions extends HttpOptions {
   /** The agent home; defaults to `PROTO_HOME`, else `~/.proto`. */
   home?: string;
-  /** Attestor base URL; else `PROTO_ATTESTOR_URL`, else the saved configuration. */
+  /** Attestor base URL (or the iss of a linked one); else `PROTO_ATTESTOR_URL`, else the saved configuration. */
   attestorUrl?: string;
   /** Directory base URL; else `PROTO_DIRECTORY_URL`, else the saved configuration. */
   directoryUrl?: string;
@@ -36,15 +37,20 @@ export class Agent {
     this.#options = options;
   }
 
-  /** Opens the home and loads the key (`KeyStoreError` `no_key` or `unsafe_permissions` otherwise). */
+  /**
+   * Opens the home and loads the key (`KeyStoreError` `no_key` or `unsafe_permissions` otherwise).
+   * Files of our older layout are migrated to upstream's first.
+   */
   static load(options: AgentOptions = {}): Agent {
     const store = new AgentStore(options.home ?? defaultHome(options.env));
+    store.migrate();
     return new Agent(store, store.loadIdentity(), options);
   }
 
-  /** Opens the home, generating a key when there is none. */
+  /** Opens the home (migrated as by `load`), generating a key when there is none. */
   static init(options: AgentOptions = {}): { agent: Agent; created: boolean } {
     const store = new AgentStore(options.home ?? defaultHome(options.env));
+    store.migrate();
     const { identity, created } = store.initIdentity();
     return { agent: new Agent(store, identity, options), created };
   }
@@ -53,12 +59,39 @@ export class Agent {
     return this.identity.did;
   }
 
-  /** The attestor URL in effect: the argument, the option, `PROTO_ATTESTOR_URL`, the saved configuration. */
+  /**
+   * The attestor URL in effect: the argument, the option, `PROTO_ATTESTOR_URL`, the saved
+   * configuration, else the first attestor this key is linked to (a home linked by another
+   * client). Each may be a URL or the iss of a linked attestor (`unknown_attestor` otherwise).
+   */
   attestorUrl(explicit?: string): string | undefined {
     const env = this.#options.env ?? process.env;
-    const value =
-      explicit ?? this.#options.attestorUrl ?? nonEmpty(env.PROTO_ATTESTOR_URL) ?? this.store.readConfig().attestor_url;
-    return value === undefined ? undefined : normaliseBaseUrl(value, "attestor");
+    const configured =
+      this.#options.attestorUrl ?? nonEmpty(env.PROTO_ATTESTOR_URL) ?? this.store.readConfig().attestor_url;
+    const value = explicit ?? configured;
+    if (value === undefined) return this.bindings()[0]?.attestor_url;
+    if (isUrl(value)) return normaliseBaseUrl(value, "attestor");
+    // An iss: the configured attestor when it has it, else an active binding with it.
+    const bindings = this.bindings();
+    const byIss = bindings.filter((b) => b.iss === value);
+    const preferred = configured !== undefined && isUrl(configured) ? normaliseBaseUrl(configured, "attestor") : "";
+    const found =
+      byIss.find((b) => b.attestor_url === preferred) ?? byIss.find((b) => b.state === "active") ?? byIss[0];
+    if (found === undefined) {
+      const known = bindings.flatMap((b) => (b.iss === undefined ? [] : [b.iss]));
+      throw new UsageError(
+        "unknown_attestor",
+        `no linked attestor has iss ${JSON.stringify(value)} (${
+          known.length === 0 ? "no iss learned yet" : `linked: ${[...new Set(known)].join(", ")}`
+        }): give its URL`,
+      );
+    }
+    return found.attestor_url;
+  }
+
+  /** The bindings of this key, one per attestor, as stored (bindings of earlier keys left out). */
+  bindings(): BindingRecord[] {
+    return this.store.listBindings().filter((b) => b.agent_did === this.did);
   }
 
   /** The directory URL in effect (same order, `PROTO_DIRECTORY_URL`). */
@@ -98,18 +131,37 @@ export class Agent {
   }
 
   /**
-   * Discovers the service at `url` and returns its signing client, with the configured attestor
-   * attached (when there is one) for `attested_only` services.
+   * The agent's attestors, choosing per service the one it accepts (`explicit`, a URL or the iss
+   * of a linked attestor, overrides); undefined when there is no attestor at all.
+   */
+  attestors(explicit?: string): Attestors | undefined {
+    const explicitUrl = explicit === undefined ? undefined : this.attestorUrl(explicit);
+    const preferred = this.attestorUrl();
+    if (explicitUrl === undefined && preferred === undefined) return undefined;
+    return new Attestors({
+      identity: this.identity,
+      store: this.store,
+      client: (url) => this.attestor(url),
+      preferred,
+      explicit: explicitUrl,
+      ...(this.#options.now ? { now: this.#options.now } : {}),
+    });
+  }
+
+  /**
+   * Discovers the service at `url` and returns its signing client, with the agent's attestors
+   * attached (when there are any) for `attested_only` services: each service gets a token from the
+   * attestor it accepts, or from `attestorUrl` (a URL or an iss) when given.
    */
   async service(
     url: string | URL,
     options: { attestorUrl?: string; signal?: AbortSignal } = {},
   ): Promise<ServiceClient> {
-    const attestorUrl = this.attestorUrl(options.attestorUrl);
+    const attestors = this.attestors(options.attestorUrl);
     const clientOptions: ServiceClientOptions = {
       ...this.#http(),
       identity: this.identity,
-      ...(attestorUrl === undefined ? {} : { attestor: this.attestor(attestorUrl) }),
+      ...(attestors === undefined ? {} : { attestor: attestors }),
     };
     return ServiceClient.connect(url, { ...clientOptions, ...(options.signal ? { signal: options.signal } : {}) });
   }
@@ -124,6 +176,8 @@ export class Agent {
     };
   }
 }
+
+const isUrl = (value: string) => /^[a-z][a-z0-9+.-]*:\/\//i.test(value);
 
 function nonEmpty(value: string | undefined): string | undefined {
   return value === undefined || value === "" ? undefined : value;

@@ -1,5 +1,6 @@
 /** Client of the trust attestor: the link flow, attestation minting, the per-audience token cache. */
 import { encodeBase64url, isDidSyntax } from "@proto/protocol";
+import { type AttestationSource, accepts, issuerOf, notAccepted, tokenNotAccepted } from "./accepted.js";
 import { AttestorError, type ServerErrorInit, UsageError } from "./errors.js";
 import { errorFromResponse, HttpClient, type HttpOptions, isOk, normaliseBaseUrl, parseJson } from "./http.js";
 import type { AgentIdentity } from "./identity.js";
@@ -43,6 +44,10 @@ export interface LinkPollOptions {
 export interface Attestation {
   aud: string;
   jwt: string;
+  /** The token's `iss`: what a service must list in `billing.accepted_attestors` to take it. */
+  iss?: string;
+  /** `{trust_url}` of the attestor that minted it. */
+  attestor_url: string;
   /** Unix seconds. */
   expires_at: number;
   verification: string;
@@ -72,7 +77,7 @@ const BINDING_GONE: Record<string, BindingRecord["state"]> = {
   binding_expired: "expired",
 };
 
-export class AttestorClient {
+export class AttestorClient implements AttestationSource {
   /** `{trust_url}`, normalised (no trailing slash). */
   readonly url: string;
   readonly identity: AgentIdentity;
@@ -144,11 +149,14 @@ export class AttestorClient {
       const expiresAt = Number(body.binding_token_expires_at ?? body.binding_expires_at);
       if (!Number.isFinite(expiresAt)) throw this.#invalid("the confirmed poll answer lacks binding_token_expires_at");
       const nowIso = new Date(this.#now()).toISOString();
+      // Linking again replaces the binding; the attestor's iss stays what was learned.
+      const iss = this.#binding?.iss;
       this.#saveBinding({
         attestor_url: this.url,
         agent_did: this.identity.did,
         binding_id: body.binding_id,
         binding_expires_at: expiresAt,
+        ...(iss === undefined ? {} : { iss }),
         state: "active",
         linked_at: nowIso,
         updated_at: nowIso,
@@ -188,7 +196,7 @@ export class AttestorClient {
 
   /**
    * `POST {trust_url}/v1/token`, signed (RFC 9421) over exactly `{trust_url}/v1/token`: a fresh
-   * attestation for `aud`, cached, and the binding's new deadline recorded.
+   * attestation for `aud`, cached; the binding's new deadline and the token's `iss` recorded.
    */
   async mint(aud: string, signal?: AbortSignal): Promise<Attestation> {
     if (!isDidSyntax(aud)) {
@@ -219,10 +227,12 @@ export class AttestorClient {
       throw error;
     }
     const minted = parseJson(response, attestorError) as Record<string, unknown>;
-    const { jwt, expires_at, verification, binding_expires_at } = minted;
+    const { jwt, expires_at, verification } = minted;
+    const binding_expires_at = minted.binding_expires_at ?? minted.binding_token_expires_at;
     if (typeof jwt !== "string" || typeof expires_at !== "number" || typeof verification !== "string") {
       throw this.#invalid("the token answer lacks jwt, expires_at or verification");
     }
+    const iss = issuerOf(jwt);
     const nowMs = this.#now();
     const token: CachedToken = {
       attestor_url: this.url,
@@ -234,23 +244,28 @@ export class AttestorClient {
       minted_at: Math.floor(nowMs / 1000),
     };
     this.tokenCache.set(token);
-    if (typeof binding_expires_at === "number") {
-      const record = this.binding();
-      const nowIso = new Date(nowMs).toISOString();
+    const record = this.binding();
+    if (typeof binding_expires_at === "number" || record !== undefined) {
+      // The first token teaches the attestor's iss (upstream keeps it with the binding).
       this.#saveBinding({
         attestor_url: this.url,
         agent_did: this.identity.did,
         binding_id: record?.binding_id ?? null,
         linked_at: record?.linked_at ?? null,
-        binding_expires_at,
+        binding_expires_at:
+          typeof binding_expires_at === "number" ? binding_expires_at : (record?.binding_expires_at ?? 0),
+        ...(iss === undefined ? {} : { iss }),
         state: "active",
         verification,
-        updated_at: nowIso,
+        verification_seen_at: Math.floor(nowMs / 1000),
+        updated_at: new Date(nowMs).toISOString(),
       });
     }
     return {
       aud,
       jwt,
+      ...(iss === undefined ? {} : { iss }),
+      attestor_url: this.url,
       expires_at,
       verification,
       cached: false,
@@ -263,10 +278,40 @@ export class AttestorClient {
     if (!options.fresh) {
       const cached = this.tokenCache.get(this.url, this.identity.did, aud);
       if (cached !== undefined) {
-        return { aud, jwt: cached.jwt, expires_at: cached.expires_at, verification: cached.verification, cached: true };
+        const iss = issuerOf(cached.jwt);
+        return {
+          aud,
+          jwt: cached.jwt,
+          ...(iss === undefined ? {} : { iss }),
+          attestor_url: this.url,
+          expires_at: cached.expires_at,
+          verification: cached.verification,
+          cached: true,
+        };
       }
     }
     return this.mint(aud, options.signal);
+  }
+
+  /**
+   * A token for the service `aud` when its `iss` is one `accepted` lists (`undefined`: any): when
+   * this attestor's iss is known and not listed, it fails (`attestor_not_accepted`) without
+   * minting; a token whose iss is not listed is never returned.
+   */
+  async attestationFor(
+    aud: string,
+    accepted: readonly string[] | undefined,
+    options: { fresh?: boolean; signal?: AbortSignal } = {},
+  ): Promise<Attestation> {
+    const known = this.binding()?.iss;
+    if (accepted !== undefined && known !== undefined && !accepted.includes(known)) {
+      throw notAccepted(aud, accepted, [{ attestor_url: this.url, iss: known }]);
+    }
+    const token = await this.token(aud, options);
+    if (accepted !== undefined && !accepts(accepted, token.iss)) {
+      throw tokenNotAccepted(aud, accepted, this.url, token.iss);
+    }
+    return token;
   }
 
   /** The binding record of this agent at this attestor (from the store when there is one). */

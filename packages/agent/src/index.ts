@@ -1,3 +1,5 @@
+export type { AttestationSource } from "./accepted.js";
+export { acceptedAttestors, issuerOf } from "./accepted.js";
 export type { Account, AccountState, Invitation, OwnerRecipient } from "./account.js";
 export { getAccount, inviteOwner, signUp } from "./account.js";
 export type { AgentOptions } from "./agent.js";
@@ -12,6 +14,8 @@ export type {
   LinkStartOptions,
 } from "./attestor.js";
 export { AttestorClient } from "./attestor.js";
+export type { AttestorsOptions } from "./attestors.js";
+export { Attestors } from "./attestors.js";
 export type {
   Challenge,
   DirectoryClientOptions,
@@ -44,6 +48,7 @@ export {
   ServerError,
   UsageError,
 } from "./errors.js";
+export type { KeyFile, RawBinding, TrustFile } from "./home-layout.js";
 export type { FetchFunction, HttpOptions, HttpRequest, HttpResponse } from "./http.js";
 export {
   DEFAULT_MAX_RESPONSE_BYTES,

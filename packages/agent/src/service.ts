@@ -14,7 +14,7 @@ import {
   SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
 } from "@proto/protocol";
-import type { AttestorClient } from "./attestor.js";
+import { type AttestationSource, acceptedAttestors } from "./accepted.js";
 import { AuthError, DiscoveryError, ServerError, type ServerErrorInit, UsageError } from "./errors.js";
 import {
   DISCOVERY_MAX_BYTES,
@@ -151,8 +151,11 @@ function resolveEndpoints(document: DiscoveryDocument, origin: string, discovery
 
 export interface ServiceClientOptions extends HttpOptions {
   identity: AgentIdentity;
-  /** Mints the attestations `attested_only` services need; without it such services are refused. */
-  attestor?: AttestorClient;
+  /**
+   * Mints the attestations `attested_only` services need (one `AttestorClient`, or the agent's
+   * `Attestors`, which pick the one the service accepts); without it such services are refused.
+   */
+  attestor?: AttestationSource;
   /** Milliseconds since the epoch, for signatures. */
   now?: () => number;
   /**
@@ -174,7 +177,7 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 export class ServiceClient {
   readonly discovery: ServiceDiscovery;
   readonly identity: AgentIdentity;
-  readonly attestor: AttestorClient | undefined;
+  readonly attestor: AttestationSource | undefined;
   readonly #http: HttpClient;
   readonly #now: () => number;
   readonly #retry: boolean;
@@ -286,7 +289,9 @@ export class ServiceClient {
       const signed = this.identity.signRequest({ method: request.method, url: url.href, body }, { now: this.#now });
       for (const [name, value] of Object.entries(signed.headers)) headers.set(name, value);
       if (attest) {
-        const token = await this.#attestor().token(this.did, { fresh, signal: request.signal });
+        // Only a token whose iss the service lists in billing.accepted_attestors is ever sent.
+        const accepted = acceptedAttestors(this.discovery.document.billing);
+        const token = await this.#attestor().attestationFor(this.did, accepted, { fresh, signal: request.signal });
         headers.set(ATTESTATION_HEADER, token.jwt);
       }
       return this.#http.request(url.href, { method: request.method, headers, body, signal: request.signal });
@@ -305,7 +310,7 @@ export class ServiceClient {
     return { response, attested };
   }
 
-  #attestor(): AttestorClient {
+  #attestor(): AttestationSource {
     if (this.attestor === undefined) {
       throw new AuthError(
         "attestation_unavailable",

@@ -1,7 +1,9 @@
 /**
- * The agent's home folder (`PROTO_HOME`, default `~/.proto`): the key file, configuration,
- * bindings, cached attestations, directory sessions. The folder is 0700 and every file 0600,
- * written atomically (temporary file, then rename).
+ * The agent's home folder (`PROTO_HOME`, default `~/.proto`): the key file and the bindings in
+ * upstream's layout (`key.json` v1, `trust.json` v2), so an upstream client can share the home;
+ * our configuration, cached attestations and directory sessions beside them. The folder is 0700
+ * and every file 0600, written atomically (temporary file, then rename). Files of our older layout
+ * are rewritten in upstream's on first load, the originals kept in `legacy/`.
  */
 import { createHash, randomBytes } from "node:crypto";
 import {
@@ -17,10 +19,23 @@ import {
 } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
-import { decodeBase64url, encodeBase64url, seedOfPrivateKey } from "@proto/protocol";
 import { KeyStoreError } from "./errors.js";
+import {
+  type BindingRecord,
+  keyFileOf,
+  legacyBindings,
+  rawOf,
+  readKeyFile,
+  readTrustFile,
+  recordOf,
+  sameBaseUrl,
+  TRUST_FILE_VERSION,
+  type TrustFile,
+} from "./home-layout.js";
 import { AgentIdentity } from "./identity.js";
 import type { CachedToken, TokenCachePersistence } from "./token-cache.js";
+
+export type { BindingRecord } from "./home-layout.js";
 
 /** `PROTO_HOME`, else `~/.proto`. */
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
@@ -28,39 +43,11 @@ export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
   return resolve(fromEnv !== undefined && fromEnv !== "" ? fromEnv : join(homedir(), ".proto"));
 }
 
-const KEY_FILE_VERSION = 1;
 const CHECK_MODES = process.platform !== "win32";
-
-/** The key file on disk. */
-interface KeyFile {
-  version: number;
-  algorithm: "ed25519";
-  did: string;
-  public_key_b64: string;
-  /** The 32-byte Ed25519 seed, base64url. */
-  private_key_b64: string;
-  created_at: string;
-}
 
 export interface AgentConfig {
   attestor_url?: string;
   directory_url?: string;
-}
-
-/** What the agent knows of its link to a person at one attestor. */
-export interface BindingRecord {
-  attestor_url: string;
-  agent_did: string;
-  /** `bnd_...`; null when the binding is only known from a mint (linked elsewhere). */
-  binding_id: string | null;
-  /** Unix seconds: the inactivity deadline, re-armed by every mint. */
-  binding_expires_at: number;
-  /** `active`, or what the attestor last said about it. */
-  state: "active" | "revoked" | "expired";
-  linked_at: string | null;
-  updated_at: string;
-  /** The verification method of the last minted token. */
-  verification?: string;
 }
 
 /** A directory session token (bearer credential for one listing). */
@@ -106,8 +93,18 @@ export class AgentStore {
     return join(this.home, "key.json");
   }
 
+  /** `trust.json`: one binding per attestor, in upstream's layout (version 2). */
+  get trustPath(): string {
+    return join(this.home, "trust.json");
+  }
+
   get archiveDir(): string {
     return join(this.home, "archive");
+  }
+
+  /** Where files of our older layout go once rewritten in upstream's. */
+  get legacyDir(): string {
+    return join(this.home, "legacy");
   }
 
   hasIdentity(): boolean {
@@ -116,7 +113,8 @@ export class AgentStore {
 
   /**
    * Loads the key. Refuses a key file that group or others can access (or that another user owns)
-   * with `unsafe_permissions`, like ssh does.
+   * with `unsafe_permissions`, like ssh does. A key file of our older layout is rewritten in
+   * upstream's, the original kept in `legacy/`.
    */
   loadIdentity(): AgentIdentity {
     const path = this.keyPath;
@@ -124,13 +122,23 @@ export class AgentStore {
       throw new KeyStoreError("no_key", `no agent key in ${this.home}: run \`proto init\` first`, path);
     }
     assertPrivateFile(path);
-    let file: KeyFile;
-    try {
-      file = JSON.parse(readFileSync(path, "utf8")) as KeyFile;
-    } catch (error) {
-      throw new KeyStoreError("invalid_key_file", `key file ${path} is not valid JSON`, path, { cause: error });
+    const text = readFileSync(path, "utf8");
+    const read = readKeyFile(parseKeyFile(text, path), path, () => statSync(path).mtime.toISOString());
+    if (read.layout === "legacy") {
+      this.#keepLegacy("key.json", text);
+      this.#writeKey(read.identity, read.unknown);
     }
-    return identityOf(file, path);
+    return read.identity;
+  }
+
+  /**
+   * Rewrites files of our older layout in upstream's (the key, `bindings.json`) and upstream's
+   * `trust.json` version 1 as version 2, keeping the originals in `legacy/`. Nothing happens when
+   * there is nothing to migrate; every load migrates too, this only does it at once.
+   */
+  migrate(): void {
+    if (this.hasIdentity()) this.loadIdentity();
+    this.#trust();
   }
 
   /** Generates and saves a key; refuses (`key_exists`) to overwrite one. */
@@ -151,7 +159,7 @@ export class AgentStore {
 
   /**
    * Replaces the key with a new one and moves the old key file to `archive/`. Local only: the
-   * attestor binding belongs to the old DID (link again), and services that support key rotation
+   * attestor bindings belong to the old DID (link again), and services that support key rotation
    * must be told through their own flow. Cached attestations of the old DID are dropped.
    */
   rotateIdentity(now: Date = new Date()): RotationResult {
@@ -169,7 +177,7 @@ export class AgentStore {
     return { previous, current, archivedTo };
   }
 
-  /** The archived keys, oldest first (loaded with the same checks as the current key). */
+  /** The archived keys, oldest first (loaded with the same checks as the current key, in either layout). */
   archivedIdentities(): AgentIdentity[] {
     if (!existsSync(this.archiveDir)) return [];
     return readdirSync(this.archiveDir)
@@ -178,21 +186,22 @@ export class AgentStore {
       .map((name) => {
         const path = join(this.archiveDir, name);
         assertPrivateFile(path);
-        return identityOf(JSON.parse(readFileSync(path, "utf8")) as KeyFile, path);
+        return readKeyFile(parseKeyFile(readFileSync(path, "utf8"), path), path, () => "").identity;
       });
   }
 
-  #writeKey(identity: AgentIdentity): void {
+  #writeKey(identity: AgentIdentity, unknown: Record<string, unknown> = {}): void {
     ensurePrivateDir(this.home, true);
-    const file: KeyFile = {
-      version: KEY_FILE_VERSION,
-      algorithm: "ed25519",
-      did: identity.did,
-      public_key_b64: identity.publicKeyB64,
-      private_key_b64: encodeBase64url(seedOfPrivateKey(identity.privateKey)),
-      created_at: identity.createdAt,
-    };
-    writePrivateFile(this.keyPath, `${JSON.stringify(file, null, 2)}\n`);
+    writePrivateFile(this.keyPath, `${JSON.stringify(keyFileOf(identity, unknown), null, 2)}\n`);
+  }
+
+  /** Keeps a file of an older layout in `legacy/` (never over an earlier copy). */
+  #keepLegacy(name: string, text: string): string {
+    ensurePrivateDir(this.legacyDir);
+    let path = join(this.legacyDir, name);
+    if (existsSync(path)) path = join(this.legacyDir, `${name}.${Date.now()}`);
+    writePrivateFile(path, text);
+    return path;
   }
 
   // --- configuration ---
@@ -207,26 +216,74 @@ export class AgentStore {
     return next;
   }
 
-  // --- bindings ---
+  // --- bindings (trust.json) ---
 
+  /**
+   * The binding at this attestor, when it belongs to `agentDid`. A binding of another DID (an
+   * earlier key) is orphaned and never used to mint.
+   */
   getBinding(attestorUrl: string, agentDid: string): BindingRecord | undefined {
-    return this.#bindings().find((b) => b.attestor_url === attestorUrl && b.agent_did === agentDid);
+    const binding = this.listBindings().find((b) => sameBaseUrl(b.attestor_url, attestorUrl));
+    return binding?.agent_did === agentDid ? binding : undefined;
   }
 
-  /** Every binding record, of every attestor and every key this home has had. */
+  /** Every binding, one per attestor, orphaned ones (of an earlier key) included. */
   listBindings(): BindingRecord[] {
-    return this.#bindings();
+    return this.#trust().bindings.flatMap((raw) => recordOf(raw) ?? []);
   }
 
+  /**
+   * Saves the binding at its attestor: in place of the one there (whatever its DID: linking again
+   * replaces it), keeping that one's unknown fields and learned `iss`; else appended.
+   */
   saveBinding(record: BindingRecord): void {
-    const others = this.#bindings().filter(
-      (b) => !(b.attestor_url === record.attestor_url && b.agent_did === record.agent_did),
+    const file = this.#trust();
+    const index = file.bindings.findIndex(
+      (raw) => typeof raw.base_url === "string" && sameBaseUrl(raw.base_url, record.attestor_url),
     );
-    this.#writeJson(join(this.home, "bindings.json"), { version: 1, bindings: [...others, record] });
+    if (index === -1) file.bindings.push(rawOf(record));
+    else file.bindings[index] = rawOf(record, file.bindings[index]);
+    this.#writeJson(this.trustPath, file);
   }
 
-  #bindings(): BindingRecord[] {
-    return this.#readJson<{ bindings?: BindingRecord[] }>(join(this.home, "bindings.json"))?.bindings ?? [];
+  /** `trust.json`, after migrating upstream's version 1 and our `bindings.json` into it. */
+  #trust(): TrustFile {
+    const text = this.#readText(this.trustPath);
+    let file: TrustFile = { version: TRUST_FILE_VERSION, bindings: [] };
+    let changed = false;
+    if (text !== undefined) {
+      const read = readTrustFile(parseJson(text, this.trustPath), this.trustPath);
+      file = read.file;
+      if (read.migrated) {
+        this.#keepLegacy("trust.json", text);
+        changed = true;
+      }
+    }
+    const legacyPath = join(this.home, "bindings.json");
+    const legacyText = this.#readText(legacyPath);
+    if (legacyText !== undefined) {
+      for (const record of legacyBindings(parseJson(legacyText, legacyPath), this.#currentDid())) {
+        const known = file.bindings.some(
+          (raw) => typeof raw.base_url === "string" && sameBaseUrl(raw.base_url, record.attestor_url),
+        );
+        if (!known) file.bindings.push(rawOf(record));
+      }
+      this.#keepLegacy("bindings.json", legacyText);
+      changed = true;
+    }
+    if (changed) {
+      this.#writeJson(this.trustPath, file);
+      if (legacyText !== undefined) rmSync(legacyPath, { force: true });
+    }
+    return file;
+  }
+
+  #currentDid(): string | undefined {
+    try {
+      return this.hasIdentity() ? this.loadIdentity().did : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   // --- attestation cache ---
@@ -285,19 +342,18 @@ export class AgentStore {
   // --- files ---
 
   #readJson<T>(path: string): T | undefined {
-    let text: string;
+    const text = this.#readText(path);
+    return text === undefined ? undefined : (parseJson(text, path) as T);
+  }
+
+  #readText(path: string): string | undefined {
     try {
-      text = readFileSync(path, "utf8");
+      return readFileSync(path, "utf8");
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
       throw new KeyStoreError("unreadable_file", `cannot read ${path}: ${(error as Error).message}`, path, {
         cause: error,
       });
-    }
-    try {
-      return JSON.parse(text) as T;
-    } catch (error) {
-      throw new KeyStoreError("invalid_file", `${path} is not valid JSON; fix or delete it`, path, { cause: error });
     }
   }
 
@@ -309,18 +365,20 @@ export class AgentStore {
   }
 }
 
-function identityOf(file: KeyFile, path: string): AgentIdentity {
-  const invalid = (why: string) => new KeyStoreError("invalid_key_file", `key file ${path} ${why}`, path);
-  if (typeof file !== "object" || file === null) throw invalid("is not a JSON object");
-  if (file.version !== KEY_FILE_VERSION) throw invalid(`has unsupported version ${JSON.stringify(file.version)}`);
-  if (file.algorithm !== "ed25519") throw invalid(`has unsupported algorithm ${JSON.stringify(file.algorithm)}`);
-  const seed = typeof file.private_key_b64 === "string" ? decodeBase64url(file.private_key_b64) : undefined;
-  if (seed === undefined || seed.length !== 32) throw invalid("has no valid 32-byte private_key_b64");
-  const identity = AgentIdentity.fromSeed(seed, typeof file.created_at === "string" ? file.created_at : "");
-  if (file.did !== identity.did || file.public_key_b64 !== identity.publicKeyB64) {
-    throw invalid("does not match its private key (did or public_key_b64 differ)");
+function parseJson(text: string, path: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new KeyStoreError("invalid_file", `${path} is not valid JSON; fix or delete it`, path, { cause: error });
   }
-  return identity;
+}
+
+function parseKeyFile(text: string, path: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new KeyStoreError("invalid_key_file", `key file ${path} is not valid JSON`, path, { cause: error });
+  }
 }
 
 /** Refuses a file that group or others may access, or that another user owns. */

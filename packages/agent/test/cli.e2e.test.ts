@@ -235,7 +235,7 @@ describe("proto CLI, happy path", () => {
     assert.equal(doc.previous_did, before);
     assert.notEqual(doc.did, before);
     assert.equal(statSync(doc.archived_to).mode & 0o777, 0o600);
-    assert.equal(JSON.parse(readFileSync(doc.archived_to, "utf8")).did, before);
+    assert.equal(JSON.parse(readFileSync(doc.archived_to, "utf8")).did_key, before);
     const status = jsonOf(await cli("trust", "status", "--json"));
     assert.equal(status.state, "not_linked");
     assert.deepEqual(status.tokens, []);

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { chmodSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { nextStepFor } from "../src/cli/output.js";
 import {
   type CliResult,
   closedPort,
@@ -18,11 +19,16 @@ import {
   tempHome,
 } from "./support/env.js";
 
-/** Exactly one line on stderr, in the CLI's error format, with this code. */
+/**
+ * One line on stderr, in the CLI's error format, with this code; for a final refusal, one more
+ * saying what to do next.
+ */
 function assertOneLineError(result: CliResult, exitCode: number, code: string): string {
   assert.equal(result.code, exitCode, `exit code\nstdout: ${result.stdout}\nstderr: ${result.stderr}`);
   const lines = result.stderr.split("\n").filter((line) => line !== "");
-  assert.equal(lines.length, 1, `one stderr line expected, got:\n${result.stderr}`);
+  const next = nextStepFor(code);
+  assert.equal(lines.length, next === undefined ? 1 : 2, `stderr lines:\n${result.stderr}`);
+  if (next !== undefined) assert.equal(lines[1], `proto: ${next}`);
   const line = lines[0] ?? "";
   assert.match(line, new RegExp(`^proto: ${code}: \\S`));
   assert.doesNotMatch(result.stderr, /\n\s+at /, "no stack trace");

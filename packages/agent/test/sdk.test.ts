@@ -154,7 +154,13 @@ describe("SDK against the real servers", () => {
     assert.equal(response.status, 200, await response.clone().text());
     const body = (await response.json()) as { agent: string; verification: string };
     assert.deepEqual(body, { agent: agent.did, verification: "email", echo: "" });
-    assert.deepEqual(splitApi.accepted.at(-1), { keyid: agent.did, attested: true, verification: "email", body: "" });
+    assert.deepEqual(splitApi.accepted.at(-1), {
+      keyid: agent.did,
+      attested: true,
+      verification: "email",
+      attestor: env.trustUrl,
+      body: "",
+    });
 
     // An absolute endpoint on the discovery origin works as a path would.
     const invited = await service.fetch(service.endpoint("owner_invitation"), { method: "POST", body: "{}" });

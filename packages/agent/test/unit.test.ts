@@ -210,7 +210,7 @@ describe("key store", () => {
     );
     const identity = store.createIdentity();
     const file = JSON.parse(readFileSync(store.keyPath, "utf8"));
-    writeFileSync(store.keyPath, JSON.stringify({ ...file, did: AgentIdentity.generate().did }), { mode: 0o600 });
+    writeFileSync(store.keyPath, JSON.stringify({ ...file, did_key: AgentIdentity.generate().did }), { mode: 0o600 });
     assert.throws(
       () => store.loadIdentity(),
       (e: unknown) => e instanceof KeyStoreError && e.code === "invalid_key_file",

@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { isDidSyntax } from "@proto/protocol";
 import { Command, CommanderError, Option } from "commander";
+import { issuerOf } from "../accepted.js";
 import { type Account, getAccount, inviteOwner, type OwnerRecipient } from "../account.js";
 import { Agent } from "../agent.js";
 import {
@@ -18,9 +19,10 @@ import {
 import { UsageError } from "../errors.js";
 import { normaliseBaseUrl } from "../http.js";
 import { discoverService, ServiceClient } from "../service.js";
-import { AgentStore, defaultHome } from "../store.js";
+import { AgentStore, type BindingRecord, defaultHome } from "../store.js";
+import { TokenCache } from "../token-cache.js";
 import { runLink } from "./link.js";
-import { EXIT, exitCodeOf, Interrupted, nextStepFor, Output } from "./output.js";
+import { EXIT, exitCodeOf, Interrupted, nextStepFor, Output, table } from "./output.js";
 
 export interface RunContext {
   argv: string[];
@@ -36,6 +38,10 @@ interface CommonOptions {
 }
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+/** `--attestor` of the commands that mint: a URL, or the iss of a linked attestor. */
+const ATTESTOR_HELP =
+  "attestor: its URL, or the iss of a linked one (default: the one each service accepts, else the saved one)";
 
 function version(): string {
   try {
@@ -112,6 +118,7 @@ function buildProgram(
     .action((options: CommonOptions & { attestor?: string; directory?: string }) => {
       const out = makeOutput(options.json === true);
       const home = store();
+      home.migrate();
       const { identity, created } = home.initIdentity();
       const patch: { attestor_url?: string; directory_url?: string } = {};
       if (options.attestor) patch.attestor_url = normaliseBaseUrl(options.attestor, "attestor");
@@ -130,6 +137,7 @@ function buildProgram(
     const a = agent();
     const attestorUrl = a.attestorUrl();
     const binding = attestorUrl === undefined ? undefined : a.store.getBinding(attestorUrl, a.did);
+    const bindings = a.bindings();
     out.result(
       {
         did: a.did,
@@ -140,6 +148,7 @@ function buildProgram(
         attestor_url: attestorUrl ?? null,
         directory_url: a.directoryUrl() ?? null,
         binding: binding ?? null,
+        attestors: bindings.map((b) => ({ attestor_url: b.attestor_url, iss: b.iss ?? null, state: b.state })),
       },
       [
         a.did,
@@ -148,6 +157,7 @@ function buildProgram(
         `  attestor    ${attestorUrl ?? "(none)"}`,
         `  directory   ${a.directoryUrl() ?? "(none)"}`,
         `  linked      ${binding ? `${binding.state} (${binding.binding_id ?? "binding"})` : "no"}`,
+        ...(bindings.length > 1 ? [`  attestors   ${bindings.length} linked (\`proto trust status\` lists them)`] : []),
       ],
     );
   });
@@ -178,8 +188,11 @@ function buildProgram(
   // --- trust ---
 
   const trust = program.command("trust").description("link the agent to a person and mint attestations");
-  leaf(trust, "link", "link this agent to a person through the attestor")
-    .option("--attestor <url>", "attestor base URL (else PROTO_ATTESTOR_URL or the saved one)")
+  leaf(trust, "link", "link this agent to a person through an attestor (one binding per attestor)")
+    .option(
+      "--attestor <url>",
+      "attestor base URL, or the iss of a linked one (else PROTO_ATTESTOR_URL or the saved one)",
+    )
     .option("--label <text>", "a name for this agent, shown on the confirmation page (<= 80 characters)")
     .option("--no-browser", "do not open a browser")
     .option("--callback", "finish through a loopback callback instead of polling (browser on this machine)")
@@ -199,16 +212,23 @@ function buildProgram(
           context.signal,
         );
         a.store.updateConfig({ attestor_url: attestor.url });
+        const others = a.bindings().filter((b) => b.attestor_url !== attestor.url);
         out.result(
           {
             agent_did: a.did,
             attestor_url: attestor.url,
             binding_id: binding.binding_id,
             binding_expires_at: binding.binding_expires_at,
+            attestors: others.length + 1,
           },
           [
             `Linked: ${a.did}`,
             `  binding ${binding.binding_id} at ${attestor.url}, lapses ${isoOf(binding.binding_expires_at)} unless used`,
+            ...(others.length === 0
+              ? []
+              : [
+                  `  this agent is linked to ${others.length + 1} attestors; each service gets a token from the one it accepts`,
+                ]),
           ],
         );
       },
@@ -216,7 +236,7 @@ function buildProgram(
 
   leaf(trust, "token", "print an attestation token for a service DID (cached while it has > 60 s left)")
     .argument("<service-did>", "the audience: the service's DID")
-    .option("--attestor <url>", "attestor base URL")
+    .option("--attestor <attestor>", "attestor: its URL, or the iss of a linked one (default: the saved one)")
     .option("--fresh", "mint a new token even when a cached one is fresh")
     .action(async (serviceDid: string, options: CommonOptions & { attestor?: string; fresh?: boolean }) => {
       const out = makeOutput(options.json === true);
@@ -227,37 +247,88 @@ function buildProgram(
       const token = await attestor.token(serviceDid, { fresh: options.fresh === true, signal: context.signal });
       out.result(token, token.jwt);
       out.note(
-        `(${token.cached ? "cached" : "minted"}; expires ${isoOf(token.expires_at)}; verification ${token.verification})`,
+        `(${token.cached ? "cached" : "minted"} by ${token.iss ?? "?"} at ${token.attestor_url}; expires ${isoOf(token.expires_at)}; verification ${token.verification})`,
       );
     });
 
-  leaf(trust, "status", "show the binding and the cached tokens (no network)")
-    .option("--attestor <url>", "attestor base URL")
+  leaf(trust, "status", "list the attestors this agent is linked to and the cached tokens (no network)")
+    .option("--attestor <attestor>", "the attestor shown as the default: its URL or iss")
     .action((options: CommonOptions & { attestor?: string }) => {
       const out = makeOutput(options.json === true);
       const a = agent();
       const attestorUrl = a.attestorUrl(options.attestor);
-      const binding = attestorUrl === undefined ? undefined : a.store.getBinding(attestorUrl, a.did);
-      const client = attestorUrl === undefined ? undefined : a.attestor(attestorUrl);
       const now = Date.now() / 1000;
-      const tokens = (client?.tokenCache.list() ?? [])
-        .filter((t) => t.agent_did === a.did && t.attestor_url === attestorUrl && t.expires_at > now)
+      const stateOf = (b: BindingRecord) =>
+        b.agent_did !== a.did
+          ? "orphaned"
+          : b.state === "active" && b.binding_expires_at !== 0 && b.binding_expires_at <= now
+            ? "expired"
+            : b.state;
+      const all = a.store.listBindings();
+      const bindings = all.map((b) => ({
+        attestor_url: b.attestor_url,
+        iss: b.iss ?? null,
+        binding_id: b.binding_id,
+        state: stateOf(b),
+        binding_expires_at: b.binding_expires_at,
+        verification: b.verification ?? null,
+        agent_did: b.agent_did,
+        default: b.attestor_url === attestorUrl,
+      }));
+      const binding = attestorUrl === undefined ? undefined : a.store.getBinding(attestorUrl, a.did);
+      const state = binding === undefined ? "not_linked" : stateOf(binding);
+      const cache = new TokenCache({ persistence: a.store.tokenPersistence() });
+      const tokens = cache
+        .list()
+        .filter((t) => t.agent_did === a.did && t.expires_at > now)
         .map((t) => ({
           aud: t.aud,
+          attestor_url: t.attestor_url,
+          iss: issuerOf(t.jwt) ?? null,
           expires_at: t.expires_at,
           verification: t.verification,
-          usable: client?.tokenCache.isFresh(t),
+          usable: cache.isFresh(t),
         }));
-      const lapsed = binding !== undefined && binding.binding_expires_at <= now;
-      const state = binding === undefined ? "not_linked" : lapsed ? "expired" : binding.state;
-      out.result({ agent_did: a.did, attestor_url: attestorUrl ?? null, state, binding: binding ?? null, tokens }, [
-        `agent     ${a.did}`,
-        `attestor  ${attestorUrl ?? "(none configured)"}`,
-        binding === undefined
-          ? "binding   not linked: run `proto trust link`"
-          : `binding   ${binding.binding_id ?? "(id unknown)"}: ${state}, lapses ${isoOf(binding.binding_expires_at)} unless used`,
-        ...tokens.map((t) => `token     ${t.aud} until ${isoOf(t.expires_at)}${t.usable ? "" : " (about to expire)"}`),
-      ]);
+      const lines = [`agent  ${a.did}`, ""];
+      if (bindings.length === 0) {
+        lines.push("Not linked to any attestor: run `proto trust link --attestor URL`.");
+      } else {
+        lines.push(
+          ...table([
+            ["ATTESTOR", "ISS", "BINDING", "STATE", "LAPSES"],
+            ...bindings.map((b) => [
+              `${b.attestor_url}${b.default ? " *" : ""}`,
+              b.iss ?? "(not learned yet)",
+              b.binding_id ?? "(id unknown)",
+              b.state,
+              b.binding_expires_at === 0 ? "-" : isoOf(b.binding_expires_at),
+            ]),
+          ]),
+          "",
+          `${attestorUrl === undefined ? "No default attestor" : "* the default attestor (`proto trust token`)"}; each service gets a token from an attestor whose iss it accepts.`,
+        );
+        if (bindings.some((b) => b.state === "orphaned")) {
+          lines.push("orphaned: linked with an earlier key of this agent; never used (link again).");
+        }
+      }
+      if (tokens.length > 0) {
+        lines.push(
+          "",
+          ...table([
+            ["TOKEN FOR", "ATTESTOR", "ISS", "EXPIRES"],
+            ...tokens.map((t) => [
+              t.aud,
+              t.attestor_url,
+              t.iss ?? "?",
+              `${isoOf(t.expires_at)}${t.usable ? "" : " (about to expire)"}`,
+            ]),
+          ]),
+        );
+      }
+      out.result(
+        { agent_did: a.did, attestor_url: attestorUrl ?? null, state, binding: binding ?? null, bindings, tokens },
+        lines,
+      );
     });
 
   // --- call ---
@@ -271,7 +342,7 @@ function buildProgram(
       "-e, --endpoint <name[/path]>",
       "call the endpoint the discovery document names (accounts, owner_invitation, ...), plus /path (accounts/me)",
     )
-    .option("--attestor <url>", "attestor base URL (for attested_only services)")
+    .option("--attestor <attestor>", ATTESTOR_HELP)
     .action(
       async (
         url: string,
@@ -299,10 +370,10 @@ function buildProgram(
           throw new UsageError("invalid_argument", `a ${method} request cannot have a body (--data)`);
         }
         const discovery = await discoverService(url, { signal: context.signal });
-        const attestorUrl = a.attestorUrl(options.attestor);
+        const attestors = a.attestors(options.attestor);
         const client = new ServiceClient(discovery, {
           identity: a.identity,
-          ...(attestorUrl === undefined ? {} : { attestor: a.attestor(attestorUrl) }),
+          ...(attestors === undefined ? {} : { attestor: attestors }),
         });
         const target = options.endpoint === undefined ? url : endpointTarget(client, options.endpoint);
         const { response, attested } = await client.send(target, {
@@ -361,7 +432,7 @@ function buildProgram(
   ];
   leaf(account, "show", "show the account (signing up implicitly where the service allows it)")
     .argument("<url>", "the service: any https URL on it")
-    .option("--attestor <url>", "attestor base URL (for attested_only services)")
+    .option("--attestor <attestor>", ATTESTOR_HELP)
     .action(async (url: string, options: CommonOptions & { attestor?: string }) => {
       const out = makeOutput(options.json === true);
       const client = await agent().service(url, { attestorUrl: options.attestor, signal: context.signal });
@@ -373,7 +444,7 @@ function buildProgram(
     .option("--email <address>", "an e-mail recipient: the service mails them a link")
     .option("--oidc <issuer> <subject>", "an OpenID recipient: issuer URL and subject, space-separated")
     .option("--redirect-url <url>", "where the service sends the person after the claim (its allow-list decides)")
-    .option("--attestor <url>", "attestor base URL (for attested_only services)")
+    .option("--attestor <attestor>", ATTESTOR_HELP)
     .action(
       async (
         url: string,

@@ -86,6 +86,51 @@ export async function startTlsFront(ca: TestCA, upstreamPort: () => number): Pro
   };
 }
 
+/** A real attestor (our trust server, test hooks on) behind its TLS front. */
+export interface Attestor {
+  /** `{trust_url}`: `https://127.0.0.1:PORT`. */
+  url: string;
+  hook(path: string, body: Record<string, unknown>): Promise<{ status: number; json: Record<string, unknown> }>;
+  close(): Promise<void>;
+}
+
+/** Starts an attestor with its own database in `dir` (its signing keys are its own). */
+export async function startAttestor(ca: TestCA, dir: string): Promise<Attestor> {
+  let port = 0;
+  const front = await startTlsFront(ca, () => port);
+  const trust = await buildTrustApp(
+    readTrustConfig({
+      PROTO_TEST_HOOKS: "1",
+      TRUST_PUBLIC_URL: front.url,
+      TRUST_DATABASE_URL: `sqlite:${join(dir, `trust-${front.port}.db`)}`,
+      TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
+      TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
+      TRUST_RATE_LIMITS: RELAXED_TRUST_LIMITS,
+      LOG_LEVEL: "warn",
+    }),
+    { logStream: quiet() },
+  );
+  await trust.app.listen({ port: 0, host: "127.0.0.1" });
+  port = (trust.app.server.address() as { port: number }).port;
+  const fetch = testFetch(ca, {});
+  return {
+    url: front.url,
+    async hook(path, body) {
+      const response = await fetch(`${front.url}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      return { status: response.status, json: (await response.json()) as Record<string, unknown> };
+    },
+    async close() {
+      await trust.close();
+      await front.close();
+      await fetch.close();
+    },
+  };
+}
+
 export interface ServiceSite {
   host: HttpsHost;
   origin: string;
@@ -93,8 +138,14 @@ export interface ServiceSite {
   discoveryUrl: string;
   /** The folder whose `.well-known/proto-registry-proof` the host serves (the CLI's `--proof-dir`). */
   proofDir: string;
-  /** Requests the API accepted, with what the verifiers said. */
-  accepted: { keyid: string; attested: boolean; verification: string | undefined; body: string }[];
+  /** Requests the API accepted, with what the verifiers said (`attestor`: whose key verified the attestation). */
+  accepted: {
+    keyid: string;
+    attested: boolean;
+    verification: string | undefined;
+    attestor: string | undefined;
+    body: string;
+  }[];
   document(overrides?: Record<string, unknown>): Record<string, unknown>;
 }
 
@@ -122,6 +173,8 @@ export interface TestEnv {
   /** `https://localhost:PORT4`: the API host of `split` (its `did` is split's, the audience). */
   splitApi: ServiceSite;
   trustHook(path: string, body: Record<string, unknown>): Promise<{ status: number; json: Record<string, unknown> }>;
+  /** Another attestor, whose attestations the sites accept too (closed with the environment). */
+  startAttestor(): Promise<Attestor>;
   close(): Promise<void>;
 }
 
@@ -157,27 +210,28 @@ export async function startTestEnv(): Promise<TestEnv> {
   const temp = mkdtempSync(join(tmpdir(), "proto-agent-test-"));
 
   // --- the attestor, behind its TLS front ---
-  let trustPort = 0;
-  const trustFront = await startTlsFront(ca, () => trustPort);
-  const trust = await buildTrustApp(
-    readTrustConfig({
-      PROTO_TEST_HOOKS: "1",
-      TRUST_PUBLIC_URL: trustFront.url,
-      TRUST_DATABASE_URL: `sqlite:${join(temp, "trust.db")}`,
-      TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
-      TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
-      TRUST_RATE_LIMITS: RELAXED_TRUST_LIMITS,
-      LOG_LEVEL: "warn",
-    }),
-    { logStream: quiet() },
-  );
-  await trust.app.listen({ port: 0, host: "127.0.0.1" });
-  trustPort = (trust.app.server.address() as { port: number }).port;
+  const attestor = await startAttestor(ca, temp);
+  const attestors = [attestor];
 
   // --- service hosts ---
   const fetch = testFetch(ca, {});
-  const keySet = new RemoteKeySet(`${trustFront.url}/.well-known/jwks.json`, { fetch: testFetch(ca) });
-  const attestations = createAttestationVerifier({ keySet });
+  const verifierOf = (url: string) =>
+    createAttestationVerifier({
+      keySet: new RemoteKeySet(`${url}/.well-known/jwks.json`, { fetch: testFetch(ca) }),
+    });
+  /** Attestation verifiers, one per attestor the sites accept (by key set: all say iss proto-trust). */
+  const trusted = [{ url: attestor.url, verifier: verifierOf(attestor.url) }];
+  const verifyAttestation = async (jwt: string, expected: { audience: string; agentDid: string }) => {
+    let refusal: unknown;
+    for (const { url, verifier } of trusted) {
+      try {
+        return { attestor: url, verified: await verifier.verify(jwt, expected) };
+      } catch (error) {
+        refusal = error;
+      }
+    }
+    throw refusal;
+  };
 
   const siteHost = await startHttpsHost({ ca, hostnames: ["localhost"] });
   const namedHost = await startHttpsHost({ ca, hostnames: ["a.test", "b.test", "c.test", "free.test"] });
@@ -216,14 +270,22 @@ export async function startTestEnv(): Promise<TestEnv> {
         });
         const jwt = req.headers[ATTESTATION_HEADER];
         let verification: string | undefined;
+        let attestorUrl: string | undefined;
         if (typeof jwt === "string") {
-          verification = (await attestations.verify(jwt, { audience: site.did, agentDid: verified.keyid }))
-            .verification;
+          const result = await verifyAttestation(jwt, { audience: site.did, agentDid: verified.keyid });
+          verification = result.verified.verification;
+          attestorUrl = result.attestor;
         } else if (requireAttestation) {
           throw protoError("attestation_required");
         }
         const text = body.toString("utf8");
-        site.accepted.push({ keyid: verified.keyid, attested: typeof jwt === "string", verification, body: text });
+        site.accepted.push({
+          keyid: verified.keyid,
+          attested: typeof jwt === "string",
+          verification,
+          attestor: attestorUrl,
+          body: text,
+        });
         sendJson(res, 200, { agent: verified.keyid, verification: verification ?? null, echo: text });
       } catch (error) {
         if (error instanceof ProtoError) sendJson(res, error.status, error.toEnvelope());
@@ -312,25 +374,23 @@ export async function startTestEnv(): Promise<TestEnv> {
     ca,
     caFile,
     fetch: pinnedFetch,
-    trustUrl: trustFront.url,
+    trustUrl: attestor.url,
     directoryUrl: directoryFront.url,
     site,
     named,
     broken,
     split,
     splitApi,
-    async trustHook(path, body) {
-      const response = await fetch(`${trustFront.url}${path}`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify(body),
-      });
-      return { status: response.status, json: (await response.json()) as Record<string, unknown> };
+    trustHook: (path, body) => attestor.hook(path, body),
+    async startAttestor() {
+      const another = await startAttestor(ca, temp);
+      attestors.push(another);
+      trusted.push({ url: another.url, verifier: verifierOf(another.url) });
+      return another;
     },
     async close() {
-      await trust.close();
+      for (const each of attestors) await each.close();
       await directory.close();
-      await trustFront.close();
       await directoryFront.close();
       await siteHost.close();
       await namedHost.close();
