@@ -102,6 +102,12 @@ export const KIT_SPECIFIC_ERRORS = {
   kit_signin_failed: { status: 400, message: "Sign-in failed; start again" },
   kit_unknown_attestor: { status: 400, message: "Unknown attestor" },
   kit_csrf: { status: 403, message: "Form token missing or wrong; reload the page" },
+  kit_link_used: {
+    status: 410,
+    message:
+      "This e-mail link was already used to sign in, and it works only once. Ask the agent for a new invitation.",
+  },
+  kit_mail_unavailable: { status: 503, message: "The invitation mail could not be sent; try again later" },
   payload_too_large: { status: 413, message: "Request body is too large" },
   not_found: { status: 404, message: "Not found" },
   internal_error: { status: 500, message: "Internal error" },

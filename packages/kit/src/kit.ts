@@ -13,9 +13,10 @@ import {
 import { introspectionHandler, keyRotationHandler, signupHandler } from "./accounts.js";
 import { AgentAuthenticator, RATE_WINDOW_SECONDS } from "./agent-auth.js";
 import { type AttestorConfig, AttestorRegistry } from "./attestors.js";
-import { claimCompletionHandler, claimPageHandler } from "./claim.js";
+import { claimCompletionHandler, claimPageHandler, EMAIL_SIGNIN_PATH } from "./claim.js";
 import type { AgentContext, Handler, InvitationEvent, KitCore, ResolvedOptions } from "./core.js";
 import { buildDiscoveryDocument, type DiscoveryInput } from "./discovery.js";
+import { emailSignInHandler, InvitationMailer, outboxHandler } from "./email.js";
 import { asProtoError, kitError } from "./errors.js";
 import {
   DEFAULT_MAX_BODY_BYTES,
@@ -28,6 +29,7 @@ import {
   toHeaders,
 } from "./http.js";
 import { invitationHandler } from "./invitation.js";
+import type { KitMailOptions, OutboxEntry } from "./mailer.js";
 import {
   ownedAccountsHandler,
   ownerRekeyHandler,
@@ -101,7 +103,16 @@ export interface KitOptions {
    * the kit's own origin; any other is 400 `malformed_request` (upstream §7.2).
    */
   redirectOrigins?: string[];
-  /** Called after an owner invitation is staged: deliver the claim link to the recipient if you wish. */
+  /**
+   * How the kit mails the links of `email` invitations (the e-mail ceremony): SMTP (`smtpUrl` +
+   * `from`), your own `mailer`, or the `developmentOutbox`. Without it, `onInvitation` must deliver
+   * them: a service that accepts `email` recipients and has neither does not start.
+   */
+  mail?: KitMailOptions;
+  /**
+   * Called after an owner invitation is staged, with its claim link (`mailed` says whether the kit
+   * mailed it): deliver the link yourself when the kit does not, or just take note.
+   */
   onInvitation?: (event: InvitationEvent) => void | Promise<void>;
   /** Unexpected errors (answered 500 `internal_error`). Default: `console.error`. */
   onError?: (error: unknown) => void;
@@ -154,6 +165,7 @@ export class Kit {
   readonly signIn: AttestorSignIn;
   readonly #authenticator: AgentAuthenticator;
   readonly #core: KitCore;
+  readonly #mail: InvitationMailer | undefined;
   readonly #now: () => number;
   readonly #options: ResolvedOptions;
   readonly #onError: (error: unknown) => void;
@@ -228,18 +240,42 @@ export class Kit {
       maxBodyBytes: this.#options.maxBodyBytes,
       ...(options.skewSeconds === undefined ? {} : { skewSeconds: options.skewSeconds }),
     });
-    const limiter = options.rateLimiter ?? "store";
+    const limiterOption = options.rateLimiter ?? "store";
+    const limiter =
+      limiterOption === "store"
+        ? new StoreRateLimiter(store)
+        : limiterOption === "memory"
+          ? new MemoryRateLimiter()
+          : limiterOption;
     this.#authenticator = new AgentAuthenticator({
       verifier,
       attestors: this.attestors,
       store,
-      limiter:
-        limiter === "store" ? new StoreRateLimiter(store) : limiter === "memory" ? new MemoryRateLimiter() : limiter,
+      limiter,
       options: this.#options,
       now: this.#now,
     });
     const onError = options.onError ?? ((error: unknown) => console.error("proto kit:", error));
     this.#onError = onError;
+    if (
+      this.#options.recipientTypes.includes("email") &&
+      options.mail === undefined &&
+      options.onInvitation === undefined
+    ) {
+      throw new Error(
+        "recipient type email needs a way to reach the person: configure mail (smtpUrl + from, a mailer, or developmentOutbox) or onInvitation",
+      );
+    }
+    this.#mail =
+      options.mail === undefined
+        ? undefined
+        : InvitationMailer.fromOptions(options.mail, {
+            origin: this.origin,
+            claimPage: discovery.endpoints.claim_page,
+            limiter,
+            now: this.#now,
+            onError,
+          });
     this.ownerPath = (options.ownerPath ?? DEFAULT_OWNER_PATH).replace(/\/+$/, "");
     if (!this.ownerPath.startsWith("/")) throw new Error("ownerPath must start with /");
     const secure = publicUrl.protocol === "https:";
@@ -273,6 +309,7 @@ export class Kit {
       now: this.#now,
       onError,
       onInvitation: options.onInvitation,
+      mail: this.#mail,
       authenticate: (request, route, explicitSignup) =>
         this.#authenticator.authenticate(request, route, explicitSignup),
       accountResource: (record) => this.accountResource(record),
@@ -475,16 +512,28 @@ export class Kit {
     add("POST", endpoints.owner_invitation, this.#json(invitationHandler(core)));
     if (endpoints.key_rotation !== undefined) add("POST", endpoints.key_rotation, this.#json(keyRotationHandler(core)));
     const claimPage = new URL(endpoints.claim_page);
-    if (claimPage.origin === this.origin) add("GET", claimPage.pathname, this.#page(claimPageHandler(core)));
+    const owner = this.ownerPath;
+    if (claimPage.origin === this.origin) {
+      add("GET", claimPage.pathname, this.#page(claimPageHandler(core)));
+      // The e-mail ceremony's button on that page.
+      add("POST", `${owner}${EMAIL_SIGNIN_PATH}`, this.#page(emailSignInHandler(core), "This link cannot be used"));
+    }
     // Answers in the request's own format (JSON, or a page for the claim page's form).
     add("POST", `${endpoints.claim_completion}/:token`, claimCompletionHandler(core));
-    const owner = this.ownerPath;
     add("GET", `${owner}/signin`, this.#page(signInStartHandler(core), "Sign-in failed"));
     add("GET", `${owner}/callback`, this.#page(signInCallbackHandler(core), "Sign-in failed"));
     add("POST", `${owner}/signout`, this.#json(signOutHandler(core)));
     add("GET", `${owner}/accounts`, this.#json(ownedAccountsHandler(core)));
     add("POST", `${owner}/accounts/revoke`, this.#json(ownerRevokeHandler(core)));
     add("POST", `${owner}/accounts/rekey`, this.#json(ownerRekeyHandler(core)));
+    // Development only (never in production: `createKit` refuses the option there).
+    const outbox = this.#mail?.outbox;
+    if (outbox !== undefined) add("GET", `${owner}/dev/outbox`, this.#page(outboxHandler(outbox), "Outbox"));
+  }
+
+  /** The development outbox's mails, newest first (`mail.developmentOutbox`); undefined without it. */
+  get outbox(): readonly OutboxEntry[] | undefined {
+    return this.#mail?.outbox?.entries;
   }
 
   // ---------------------------------------------------------------- housekeeping
@@ -497,6 +546,7 @@ export class Kit {
 
   async close(): Promise<void> {
     clearInterval(this.#timer);
+    await this.#mail?.close();
     if (this.#ownsStore) await this.store.close();
   }
 }
