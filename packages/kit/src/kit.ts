@@ -40,6 +40,7 @@ import {
 } from "./owner.js";
 import { errorPage } from "./pages.js";
 import { MemoryRateLimiter, type RateLimiter, StoreRateLimiter } from "./rate-limit.js";
+import { isForm } from "./request-body.js";
 import { type AccountResource, toAccountResource } from "./resource.js";
 import { type NewOwnerSession, type OwnerSession, OwnerSessions } from "./sessions.js";
 import { AttestorSignIn } from "./signin.js";
@@ -130,6 +131,12 @@ export interface KitRoute {
   path: string;
 }
 
+/** A mounted route: its handler, and how it answers an error (JSON, or a page for people). */
+interface MountedRoute {
+  handler: Handler;
+  refuse(error: unknown, request: { headers: Headers }): KitResponse;
+}
+
 /** An allow-list entry: an http(s) origin, exactly. */
 function allowedOrigin(value: string): string {
   const url = new URL(value);
@@ -170,7 +177,7 @@ export class Kit {
   readonly #options: ResolvedOptions;
   readonly #onError: (error: unknown) => void;
   readonly #ownsStore: boolean;
-  readonly #routes = new Map<string, Handler>();
+  readonly #routes = new Map<string, MountedRoute>();
   readonly #timer: NodeJS.Timeout;
 
   /** @internal use `createKit`. */
@@ -404,26 +411,36 @@ export class Kit {
    */
   async handle(request: Request): Promise<Response | undefined> {
     const { pathname } = new URL(request.url);
-    const handler = this.#route(request.method.toUpperCase(), pathname);
-    if (handler === undefined) return undefined;
+    const route = this.#route(request.method.toUpperCase(), pathname);
+    if (route === undefined) return undefined;
     let kitRequest: KitRequest;
     try {
       kitRequest = await fromFetchRequest(request, this.origin, this.#options.maxBodyBytes);
     } catch (error) {
-      return toFetchResponse(this.errorResponse(error, request));
+      return toFetchResponse(route.refuse(error, request));
     }
     return toFetchResponse(await this.dispatch(kitRequest));
   }
 
   /** Runs the kit route for a request in the kit's own shape; 404 `not_found` when there is none. */
   async dispatch(request: KitRequest): Promise<KitResponse> {
-    const handler = this.#route(request.method, request.url.pathname);
-    if (handler === undefined) return errorResponse(kitError("not_found"));
-    return handler(request);
+    const route = this.#route(request.method, request.url.pathname);
+    if (route === undefined) return errorResponse(kitError("not_found"));
+    return route.handler(request);
   }
 
-  /** The handler of a path: exact, or a route whose last segment is the `:token` parameter. */
-  #route(method: string, pathname: string): Handler | undefined {
+  /**
+   * The answer to an error of a kit route raised before its handler ran (a body over
+   * `maxBodyBytes`, one that cannot be read), in the route's format: the envelope, or an HTML page
+   * on the routes people use (the claim page's forms, sign-in). `path` may be the route's pattern.
+   */
+  routeErrorResponse(method: string, path: string, error: unknown, request: { headers: Headers }): KitResponse {
+    const route = this.#route(method.toUpperCase(), path);
+    return route === undefined ? this.errorResponse(error, request) : route.refuse(error, request);
+  }
+
+  /** The route of a path: exact, or a route whose last segment is the `:token` parameter. */
+  #route(method: string, pathname: string): MountedRoute | undefined {
     const verb = method === "HEAD" ? "GET" : method;
     const exact = this.#routes.get(`${verb} ${pathname}`);
     if (exact !== undefined) return exact;
@@ -467,27 +484,35 @@ export class Kit {
     return { ...response, headers };
   }
 
-  #json(handler: Handler): Handler {
-    return async (request) => {
-      try {
-        return await handler(request);
-      } catch (error) {
-        return this.errorResponse(error, request);
-      }
+  #json(handler: Handler): MountedRoute {
+    const refuse = (error: unknown, request: { headers: Headers }) => this.errorResponse(error, request);
+    return {
+      refuse,
+      handler: async (request) => {
+        try {
+          return await handler(request);
+        } catch (error) {
+          return refuse(error, request);
+        }
+      },
     };
   }
 
-  #page(handler: Handler, title?: string): Handler {
-    return async (request) => {
-      try {
-        return await handler(request);
-      } catch (error) {
-        return this.#errorPage(error, request, title);
-      }
+  #page(handler: Handler, title?: string): MountedRoute {
+    const refuse = (error: unknown, request: { headers: Headers }) => this.#errorPage(error, request, title);
+    return {
+      refuse,
+      handler: async (request) => {
+        try {
+          return await handler(request);
+        } catch (error) {
+          return refuse(error, request);
+        }
+      },
     };
   }
 
-  #errorPage(error: unknown, request: KitRequest, title?: string): KitResponse {
+  #errorPage(error: unknown, request: { headers: Headers }, title?: string): KitResponse {
     const { error: protoErr, unexpected } = asProtoError(error);
     if (unexpected) this.#onError(error);
     return this.#challenged(errorPage(protoErr.status, protoErr.code, protoErr.message, title), protoErr, request);
@@ -496,16 +521,20 @@ export class Kit {
   #mountRoutes(): void {
     const core = this.#core;
     const endpoints = this.discovery.endpoints;
-    const add = (method: "GET" | "POST", path: string, handler: Handler) => {
+    const add = (method: "GET" | "POST", path: string, route: MountedRoute) => {
       const key = `${method} ${path}`;
       if (this.#routes.has(key)) throw new Error(`two kit routes at ${key}`);
-      this.#routes.set(key, handler);
+      this.#routes.set(key, route);
     };
-    add("GET", "/.well-known/proto", async () =>
-      jsonResponse(200, this.discovery, {
-        "cache-control": "public, max-age=300",
-        "access-control-allow-origin": "*",
-      }),
+    add(
+      "GET",
+      "/.well-known/proto",
+      this.#json(async () =>
+        jsonResponse(200, this.discovery, {
+          "cache-control": "public, max-age=300",
+          "access-control-allow-origin": "*",
+        }),
+      ),
     );
     add("POST", endpoints.accounts, this.#json(signupHandler(core)));
     add("GET", `${endpoints.accounts}/me`, this.#json(introspectionHandler(core)));
@@ -519,7 +548,11 @@ export class Kit {
       add("POST", `${owner}${EMAIL_SIGNIN_PATH}`, this.#page(emailSignInHandler(core), "This link cannot be used"));
     }
     // Answers in the request's own format (JSON, or a page for the claim page's form).
-    add("POST", `${endpoints.claim_completion}/:token`, claimCompletionHandler(core));
+    add("POST", `${endpoints.claim_completion}/:token`, {
+      handler: claimCompletionHandler(core),
+      refuse: (error, request) =>
+        isForm(request.headers) ? this.#errorPage(error, request) : this.errorResponse(error, request),
+    });
     add("GET", `${owner}/signin`, this.#page(signInStartHandler(core), "Sign-in failed"));
     add("GET", `${owner}/callback`, this.#page(signInCallbackHandler(core), "Sign-in failed"));
     add("POST", `${owner}/signout`, this.#json(signOutHandler(core)));

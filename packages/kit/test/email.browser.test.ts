@@ -1,14 +1,12 @@
 /**
  * The e-mail ceremony in a real browser (Debian's Chromium driven by playwright-core): the kit
  * listens on 127.0.0.1, mails the link over SMTP to a server in this process, and a person opens
- * it, continues as the invited address and claims. Screenshots of every page, desktop and phone,
- * go to SCREENSHOT_DIR when it is set.
+ * it, continues as the invited address and claims. Every page is looked at desktop and phone wide
+ * (`lookAt`: screenshots go to SCREENSHOT_DIR when it is set).
  */
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { launchChromium } from "@proto/testkit";
+import { launchChromium, lookAt } from "@proto/testkit";
 import { linkIn, type SmtpCollector, startSmtpCollector } from "@proto/testkit/smtp";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { type KitStore, openKitStore } from "../src/index.js";
@@ -27,11 +25,6 @@ import { startService, type TestService } from "./support/service.js";
 reportSkippedEngines();
 
 const INVITE = "/proto/v1/accounts/me/owner-invitation";
-const SHOTS = process.env.SCREENSHOT_DIR;
-const VIEWPORTS = [
-  { name: "desktop", width: 1280, height: 800 },
-  { name: "phone", width: 390, height: 844 },
-];
 
 const launched = await launchChromium();
 if (launched.skip !== undefined) process.stdout.write(`# e-mail ceremony browser tests skipped: ${launched.skip}\n`);
@@ -61,23 +54,8 @@ async function listening(
   return service;
 }
 
-/**
- * What a picky person checks on each page at desktop and phone width: nothing wider than the
- * screen; and a screenshot for a look.
- */
-async function look(page: Page, name: string, engine: string): Promise<void> {
-  for (const viewport of VIEWPORTS) {
-    await page.setViewportSize({ width: viewport.width, height: viewport.height });
-    const overflow = Number(await page.evaluate("document.documentElement.scrollWidth - window.innerWidth"));
-    assert.ok(overflow <= 0, `${name} is ${overflow}px wider than a ${viewport.name} screen`);
-    const shot = await page.screenshot({ fullPage: true });
-    assert.ok(shot.byteLength > 0);
-    if (SHOTS !== undefined) {
-      mkdirSync(SHOTS, { recursive: true });
-      await page.screenshot({ path: join(SHOTS, `${engine}-${name}-${viewport.name}.png`), fullPage: true });
-    }
-  }
-}
+/** Both widths, nothing wider than the screen; screenshots named by engine and page. */
+const look = (page: Page, name: string, engine: string) => lookAt(page, `kit-${engine}-${name}`);
 
 for (const engine of ENGINES) {
   describe(`the e-mail ceremony in a browser (${engine})`, { skip: launched.skip, timeout: 120_000 }, () => {

@@ -252,6 +252,33 @@ for (const engine of ENGINES) {
       assert.equal((await invitationOf(agent))?.status, "pending", "nothing claimed yet");
     });
 
+    test("the button's route answers people with pages: a form too large or not a form is refused as a page", async () => {
+      const b = browser();
+      const huge = await b.send("POST", `${MAILING.origin}${CONTINUE}`, {
+        form: { token: "x".repeat(70_000) },
+        headers: { origin: MAILING.origin },
+      });
+      assert.equal(huge.status, 413, huge.text);
+      assert.match(huge.headers.get("content-type") ?? "", /^text\/html/);
+      assert.match(huge.text, /data-code="payload_too_large"/);
+      const json = await b.send("POST", `${MAILING.origin}${CONTINUE}`, {
+        json: { token: "clm_x" },
+        headers: { origin: MAILING.origin },
+      });
+      assert.equal(json.status, 400);
+      assert.match(json.text, /data-code="malformed_request"/);
+      // The same through the Fetch-API handler.
+      const fetched = await mailing.kit.handle(
+        new Request(`${MAILING.origin}${CONTINUE}`, {
+          method: "POST",
+          headers: { origin: MAILING.origin, "content-type": "application/x-www-form-urlencoded" },
+          body: `token=${"x".repeat(70_000)}`,
+        }),
+      );
+      assert.equal(fetched?.status, 413);
+      assert.match(fetched?.headers.get("content-type") ?? "", /^text\/html/);
+    });
+
     test("a replaced or expired invitation's link answers 410 invitation_expired, on the page and on the button", async () => {
       const { address } = mixedCase("dan");
       const { agent } = await invite(mailing, address);
