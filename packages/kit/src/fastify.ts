@@ -151,7 +151,8 @@ export interface CreateServiceOptions {
  * The Fastify plugin of the kit: mounts `/.well-known/proto` and every endpoint named by the
  * discovery document (accounts, `accounts/me`, owner invitation, key rotation, claim page, claim
  * completion) plus the owner routes (`{ownerPath}/signin`, `/callback`, `/signout`, `/accounts`,
- * `/accounts/revoke`, `/accounts/rekey`). It also decorates `request.proto` for `requireAgent`.
+ * `/accounts/revoke`, `/accounts/rekey`, the e-mail sign-in `/email-signin`, and with
+ * `mail.developmentOutbox` the `/dev/outbox` page). It also decorates `request.proto` for `requireAgent`.
  * Register it once, at the root: `await app.register(createService(kit))`.
  */
 export function createService(kit: Kit, options: CreateServiceOptions = {}): FastifyPluginAsync {

@@ -157,7 +157,7 @@ function checkRange(name: string, value: number, min: number, max: number): numb
  * The framework-agnostic core of the kit: it resolves the options, owns the parts (store, verifier,
  * sessions, sign-in) and routes requests to the endpoint modules, one per upstream section:
  * `agent-auth` (§5, §6.3, §10.7), `accounts` (§6.4, §6.5, §8.1), `invitation` (§7.2-7.3), `claim`
- * (§7.4) and `owner` (§7.5, §8.2, §8.4). Create it with `createKit`; mount it with `createService`
+ * (§7.4), `email` (the e-mail ceremony, §7.7.1, §12.6) and `owner` (§7.5, §8.2, §8.4). Create it with `createKit`; mount it with `createService`
  * (Fastify) or `kit.handle` (Fetch API).
  */
 export class Kit {

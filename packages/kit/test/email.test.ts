@@ -250,6 +250,15 @@ for (const engine of ENGINES) {
       assert.equal(again.status, 303);
       assert.equal(again.location, link);
       assert.equal((await invitationOf(agent))?.status, "pending", "nothing claimed yet");
+
+      // Pressed in several browsers at the same moment: exactly one gets the session.
+      const raced = mixedCase("cem-race").address;
+      await invite(mailing, raced);
+      const racedLink = (await mailedLink(raced)).link;
+      const browsers = [browser(), browser(), browser(), browser()];
+      const pages = await Promise.all(browsers.map((b) => b.get(racedLink)));
+      const presses = await Promise.all(browsers.map((b, i) => pressContinue(b, pages[i] as { text: string })));
+      assert.deepEqual(presses.map((p) => p.status).sort(), [303, 410, 410, 410]);
     });
 
     test("the button's route answers people with pages: a form too large or not a form is refused as a page", async () => {
