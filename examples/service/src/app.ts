@@ -2,7 +2,9 @@
  * The notes service: a small Fastify application built on @proto/kit.
  *
  * - `/.well-known/proto` and every kit endpoint (accounts, owner invitation, claim page, claim
- *   completion, key rotation, owner sign-in with the attestor) come from `createService(kit)`.
+ *   completion, key rotation, owner sign-in with the attestor, the e-mail ceremony) come from
+ *   `createService(kit)`. Owners are invited by e-mail address (the kit mails the link) or as
+ *   the person their agent's attestations name at the attestor (`oidc`).
  * - `POST /notes` and `GET /notes` are the service's own agent API, guarded by the kit: a valid
  *   request signature, and an attestation at signup (`attested_only`).
  * - `GET /owner` is the page where a person who claimed an agent reads its notes.
@@ -20,6 +22,7 @@ import {
   createService,
   type InvitationEvent,
   type Kit,
+  type KitMailOptions,
   type OwnerSession,
   openKitStore,
   protoServerOptions,
@@ -57,7 +60,12 @@ export interface NotesServiceOptions {
   now?: () => number;
   /** The fetch the kit reaches the attestor with (key set, OpenID configuration). */
   fetch?: FetchFunction;
-  /** Called when an agent stages an owner invitation (the claim link is also in the agent's answer). */
+  /**
+   * How the links of e-mail invitations reach the person: SMTP (`smtpUrl` + `from`) or, in
+   * development, the outbox at `/proto/owner/dev/outbox` (see `@proto/kit`).
+   */
+  mail: KitMailOptions;
+  /** Called when an agent stages an owner invitation (`mailed` says whether the kit mailed its link). */
   onInvitation?: (event: InvitationEvent) => void | Promise<void>;
 }
 
@@ -144,9 +152,10 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
       store,
       discovery: {
         service_did: serviceDid,
-        // Owners sign in with the attestor, which proves who they are there (a pairwise subject) and
-        // nothing else: no e-mail address reaches this service, so only `oidc` recipients can claim.
-        recipient_types: ["oidc"],
+        // An e-mail recipient proves the address with the link the kit mails (every conforming
+        // service takes `email`); an `oidc` recipient signs in with the attestor, which proves a
+        // pairwise subject there and never an address.
+        recipient_types: ["email", "oidc"],
         limits: { unclaimed_rate_limit_per_hour: 600 },
         billing: { unclaimed_mode: "attested_only", accepted_attestors: [issuer] },
         features: ["attestation", "key_rotation"],
@@ -159,6 +168,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
         },
       },
       now,
+      mail: options.mail,
       ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
       ...(options.onInvitation === undefined ? {} : { onInvitation: options.onInvitation }),
     });
@@ -167,7 +177,19 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
     throw error;
   }
 
-  const logger = options.logger ?? false;
+  // Claim links carry their token in the query: request logs show paths only.
+  const logger =
+    options.logger === undefined || options.logger === false
+      ? false
+      : {
+          ...(options.logger === true ? {} : options.logger),
+          serializers: {
+            req: (request: { method: string; url: string }) => ({
+              method: request.method,
+              url: request.url.split("?")[0],
+            }),
+          },
+        };
   // Errors refused before any route is known answer in the envelope too (see protoServerOptions).
   const serverOptions = protoServerOptions();
   const app = (options.https === undefined
@@ -279,6 +301,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
         ownerPage({
           session: {
             issuer: person === undefined ? undefined : (kit.attestors.get(person.issuer)?.url ?? person.issuer),
+            emails: session.identities.flatMap((identity) => (identity.type === "email" ? [identity.value] : [])),
             authenticatedAt:
               session.authenticatedAt === undefined ? undefined : new Date(session.authenticatedAt).toISOString(),
             csrf: session.csrf,

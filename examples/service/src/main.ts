@@ -9,6 +9,9 @@
  *   NOTES_PORT / PORT    default 3000; NOTES_HOST default localhost
  *   NOTES_TLS_CERT, NOTES_TLS_KEY   PEM files: serve HTTPS directly (agents reach services over HTTPS only)
  *   NOTES_PROOF_DIR      where `proto directory register --proof-dir` writes (default ./data/webroot)
+ *   NOTES_SMTP_URL       smtp://user:pass@host:587 (or smtps://): invitation mails; without it
+ *                        (development only) they wait at {public URL}/proto/owner/dev/outbox
+ *   NOTES_MAIL_FROM      default "Notes <no-reply@<host of the public URL>>"
  *   LOG_LEVEL            default info
  */
 import { readFileSync } from "node:fs";
@@ -44,6 +47,14 @@ try {
 }
 
 const proofDir = resolve(nonEmpty(env.NOTES_PROOF_DIR) ?? "./data/webroot");
+
+// Invitation mails: SMTP, or the kit's development outbox (which it refuses in production).
+const smtpUrl = nonEmpty(env.NOTES_SMTP_URL);
+if (smtpUrl !== undefined && !/^smtps?:\/\//.test(smtpUrl)) fail("NOTES_SMTP_URL must start with smtp:// or smtps://");
+if (smtpUrl === undefined && env.NODE_ENV === "production")
+  fail("set NOTES_SMTP_URL: the development outbox is off in production");
+const mailFrom = nonEmpty(env.NOTES_MAIL_FROM) ?? `Notes <no-reply@${new URL(publicUrl).hostname}>`;
+const mail = smtpUrl === undefined ? { developmentOutbox: true } : { smtpUrl, from: mailFrom };
 const serviceDid = nonEmpty(env.NOTES_SERVICE_DID);
 
 const service = await buildNotesService({
@@ -52,6 +63,7 @@ const service = await buildNotesService({
   ...(serviceDid === undefined ? {} : { serviceDid }),
   attestorUrl: nonEmpty(env.NOTES_ATTESTOR_URL) ?? "http://localhost:8081",
   proofDir,
+  mail,
   ...(https === undefined ? {} : { https }),
   logger: { level: nonEmpty(env.LOG_LEVEL) ?? "info" },
 }).catch((error: unknown) => fail(error instanceof Error ? error.message : String(error)));
@@ -64,6 +76,7 @@ notes service ${service.serviceDid}
   public URL        ${origin}  (listening on ${host}:${port}${https ? ", HTTPS" : ""})
   discovery         ${origin}/.well-known/proto
   owner page        ${origin}/owner
+  invitation mail   ${smtpUrl === undefined ? `development outbox: ${origin}${service.kit.ownerPath}/dev/outbox` : `SMTP, from ${mailFrom}`}
   agent API         POST ${origin}/notes {"text"}, GET ${origin}/notes
   listing proof     ${proofDir}/.well-known/proto-registry-proof
 

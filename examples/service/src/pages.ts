@@ -77,6 +77,8 @@ export interface OwnerPageInput {
   session:
     | {
         issuer: string | undefined;
+        /** The e-mail addresses the session proved (the kit's e-mail ceremony). */
+        emails: string[];
         authenticatedAt: string | undefined;
         csrf: string;
         owned: OwnedAgent[];
@@ -113,12 +115,14 @@ export function ownerPage(input: OwnerPageInput): string {
       .join("");
     return layout(
       "Your agents' notes",
-      `<p>Sign in with the attestor your agent is linked to. You see the notes of the agents you have claimed.</p>${links}`,
+      `<p>Sign in with the attestor your agent is linked to. You see the notes of the agents you have claimed.</p>${links}<p class="muted">Invited by e-mail? Open the link in that mail to sign in.</p>`,
     );
   }
   const who =
     session.issuer === undefined
-      ? "<p>You are signed in.</p>"
+      ? session.emails.length > 0
+        ? `<p>You are signed in as <strong>${session.emails.map(escapeHtml).join("</strong>, <strong>")}</strong>.</p>`
+        : "<p>You are signed in.</p>"
       : `<p>You are signed in with <strong>${escapeHtml(session.issuer)}</strong>${
           session.authenticatedAt === undefined
             ? ""
@@ -126,7 +130,7 @@ export function ownerPage(input: OwnerPageInput): string {
         }.</p>`;
   const owned =
     session.owned.length === 0
-      ? "<p>You own no agent here yet. Open the claim link your agent gave you to claim it.</p>"
+      ? "<p>You own no agent here yet. Open the claim link your agent gave you, or the one mailed to you, to claim it.</p>"
       : session.owned.map((agent, index) => agentSection(agent, index)).join("");
   const unclaimed =
     session.unclaimed.length === 0

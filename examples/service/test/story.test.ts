@@ -1,9 +1,11 @@
 /**
  * The whole story of the notes service, black-box: OUR attestor and directory (@proto/server) in
  * this process, the notes service over real HTTPS (test CA, host name `notes.test` pinned to
- * 127.0.0.1), an agent made with the @proto/agent SDK, and its owner in a real browser (Debian's
- * Chromium driven by playwright-core) signing in at the attestor through a link mailed over SMTP to
- * a server in this process.
+ * 127.0.0.1), agents made with the @proto/agent SDK, and their owners in a real browser (Debian's
+ * Chromium driven by playwright-core): one invited as the person the agent's attestations name,
+ * who signs in at the attestor through a link mailed over SMTP to a server in this process; one
+ * invited by e-mail address, who claims through the link the notes service mails (the kit's e-mail
+ * ceremony). Pages are looked at desktop and phone wide (screenshots in SCREENSHOT_DIR when set).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -22,13 +24,16 @@ import {
   writeProofFile,
 } from "@proto/agent";
 import { buildDirectoryApp, buildTrustApp, readDirectoryConfig, readTrustConfig } from "@proto/server";
-import { createTestCA, launchChromium, type TestFetch, testFetch } from "@proto/testkit";
+import { createTestCA, launchChromium, lookAt, type TestFetch, testFetch } from "@proto/testkit";
+import { linkIn, type SmtpCollector, startSmtpCollector } from "@proto/testkit/smtp";
 import type { Browser, BrowserContext, Page } from "playwright-core";
-import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "../../../packages/server/test/support/smtp.js";
 import { buildNotesService, MAX_NOTE_LENGTH, type NotesService } from "../src/app.js";
 
 const NOTES_HOST = "notes.test";
 const OWNER_EMAIL = `owner-${Math.random().toString(36).slice(2, 10)}@mail.test`;
+/** The owner a second agent invites by e-mail address (given in mixed case; matched normalised). */
+const MAIL_OWNER = `mail-owner-${Math.random().toString(36).slice(2, 10)}@mail.test`;
+const MAIL_NOTE = "Water the plants on Friday";
 // Markup in a note must reach the owner as text.
 const NOTE = `Buy oat milk & "eggs" <img src=x onerror=alert(1)>\nand call Ada`;
 
@@ -84,6 +89,9 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
   let subH: string;
   let claimUrl: string;
   let claimed = false;
+  let mailAgent: Agent;
+  let mailClient: ServiceClient;
+  let mailedLink: string;
 
   before(async () => {
     temp = mkdtempSync(join(tmpdir(), "proto-notes-story-"));
@@ -138,6 +146,7 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       attestorUrl: trustUrl,
       proofDir,
       https: { key: keyPem, cert: certPem },
+      mail: { smtpUrl: smtp.url, from: "Notes <no-reply@notes.test>" },
     });
     assert.equal(notes.serviceDid, serviceDid);
     await notes.app.listen({ port: notesPort, host: "127.0.0.1" });
@@ -145,6 +154,7 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
     // The agent: a fresh home, a fetch that trusts the test CA and knows where notes.test is.
     fetch = testFetch(ca, { resolve: `${NOTES_HOST}:${notesPort}:127.0.0.1` });
     agent = Agent.init({ home: join(temp, "agent-home"), fetch, attestorUrl: trustUrl, directoryUrl }).agent;
+    mailAgent = Agent.init({ home: join(temp, "mail-agent-home"), fetch, attestorUrl: trustUrl, directoryUrl }).agent;
   });
 
   after(async () => {
@@ -166,6 +176,7 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       accepted_attestors: ["proto-trust"],
     });
     assert.deepEqual(discovery.document.features, ["attestation", "key_rotation"]);
+    assert.deepEqual(discovery.document.recipient_types, ["email", "oidc"]);
     assert.equal(discovery.document.endpoints.claim_page, `${publicUrl}/proto/claim`);
     assert.equal(typeof discovery.document.endpoints.key_rotation, "string");
   });
@@ -256,12 +267,6 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
         body: JSON.stringify({ recipient }),
       });
 
-    // The attestor proves who signs in (a pairwise subject), never an e-mail address: this
-    // service cannot check an e-mail recipient, so it does not take one.
-    const byEmail = await invite({ type: "email", value: OWNER_EMAIL });
-    assert.equal(byEmail.status, 400);
-    assert.equal(errorCode(await json(byEmail)), "unsupported_recipient_type");
-
     const staged = await invite({ type: "oidc", value: { issuer: trustUrl, sub: subH } });
     assert.equal(staged.status, 202);
     const invitation = await json(staged);
@@ -272,6 +277,40 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
     // An oidc recipient proves itself by signing in, so the agent may carry the link to its human.
     claimUrl = invitation.claim_url;
     assert.ok(claimUrl.startsWith(`${publicUrl}/proto/claim?token=`), claimUrl);
+  });
+
+  test("a second agent invites its owner by e-mail address: the service mails the link, the agent never sees it", async () => {
+    const attestor = mailAgent.attestor();
+    const request = await attestor.linkStart({ label: "notes story mail agent" });
+    const confirmed = await fetch(`${trustUrl}/__test/link/confirm`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ req_id: request.req_id, email: MAIL_OWNER }),
+    });
+    assert.equal(confirmed.status, 200, await confirmed.clone().text());
+    assert.equal((await attestor.pollOnce(request.req_id)).state, "confirmed");
+    mailClient = await mailAgent.service(publicUrl);
+    const written = await mailClient.fetch("/notes", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ text: MAIL_NOTE }),
+    });
+    assert.equal(written.status, 201);
+
+    const staged = await mailClient.fetch(discovery.document.endpoints.owner_invitation, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ recipient: { type: "email", value: MAIL_OWNER.toUpperCase() } }),
+    });
+    assert.equal(staged.status, 202);
+    const invitation = await json(staged);
+    assert.equal(invitation.state, "INVITED");
+    assert.equal(invitation.claim_url, undefined, "the link is the proof of the mailbox: mail only");
+    const mail = await smtp.nextMailTo(MAIL_OWNER);
+    assert.deepEqual(mail.rcptTo, [MAIL_OWNER]);
+    assert.ok(mail.text.includes(mailAgent.did), "the mail names the agent");
+    mailedLink = linkIn(mail, "/proto/claim");
+    assert.ok(mailedLink.startsWith(`${publicUrl}/proto/claim?token=`), mailedLink);
   });
 
   describe("the owner, in a real browser", { skip: launched.skip }, () => {
@@ -320,7 +359,7 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
 
       // The link arrives by mail; opening it shows a button, pressing it signs in and goes on to
       // the notes service, which lands the person back on the claim page.
-      const link = magicLinkOf(await smtp.nextMailTo(OWNER_EMAIL));
+      const link = linkIn(await smtp.nextMailTo(OWNER_EMAIL), "/signin/email/verify");
       await page.goto(link);
       await page.getByRole("button", { name: "Sign in" }).click();
       await page.waitForURL((url) => url.href === claimUrl);
@@ -351,13 +390,49 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       );
     });
 
+    test("the e-mail owner opens the mailed link, continues as the address, claims, and reads the note", async () => {
+      await page.goto(mailedLink);
+      await page.getByRole("heading", { name: "Claim your agent" }).waitFor();
+      assert.ok((await page.locator("body").textContent())?.includes(mailAgent.did), "names the agent");
+      const proceed = page.getByRole("button", { name: `Continue as ${MAIL_OWNER}` });
+      await proceed.waitFor();
+      await lookAt(page, "notes-email-continue");
+      await proceed.click();
+      await page.waitForURL((url) => url.href === mailedLink);
+      const claim = page.getByRole("button", { name: "Claim this agent" });
+      await claim.waitFor();
+      await lookAt(page, "notes-email-signed-in");
+      await claim.click();
+      await page.getByRole("heading", { name: "Agent claimed" }).waitFor();
+      await lookAt(page, "notes-email-claimed");
+
+      const account = await json(await mailClient.fetch(`${discovery.document.endpoints.accounts}/me`));
+      assert.equal(account.state, "CLAIMED");
+      assert.deepEqual(account.owner.identity, { type: "email", value: MAIL_OWNER });
+
+      // Signed in by the link, the owner reads that agent's note (and only that agent's).
+      await page.goto(`${publicUrl}/owner`);
+      await page.getByText(`You are signed in as ${MAIL_OWNER}.`).waitFor();
+      const section = page.getByRole("region", { name: `Agent ${mailAgent.did}` });
+      await section.waitFor();
+      assert.equal(await section.locator(".text").textContent(), MAIL_NOTE);
+      assert.equal(await page.getByRole("region", { name: `Agent ${agent.did}` }).count(), 0);
+      await lookAt(page, "notes-email-owner");
+
+      // The link is spent: opened again it leads to the claimed agent, no button to press.
+      await page.goto(mailedLink);
+      await page.getByText("already").first().waitFor();
+      assert.equal(await page.getByRole("button", { name: /^Continue as/ }).count(), 0);
+    });
+
     test("every page of the notes service has a strict CSP; nothing was loaded from elsewhere", () => {
-      const paths = new Set(notesPages.map((p) => new URL(p.url).pathname));
-      for (const path of ["/proto/claim", "/owner"]) assert.ok(paths.has(path), `visited ${path}`);
-      assert.ok(
-        [...paths].some((path) => path.startsWith("/proto/v1/claim/")),
-        "visited the claim completion (the token is its last segment)",
+      // The claim completion's path ends with the token (upstream §7.4).
+      const paths = new Set(
+        notesPages.map((p) => new URL(p.url).pathname.replace(/^(\/proto\/v1\/claim\/).+$/, "$1:token")),
       );
+      for (const path of ["/proto/claim", "/proto/v1/claim/:token", "/owner"]) {
+        assert.ok(paths.has(path), `visited ${path} (${[...paths].join(", ")})`);
+      }
       for (const { url, headers } of notesPages) {
         assert.match(headers["content-security-policy"] ?? "", /(^|;\s*)default-src 'none'(;|$)/, url);
         assert.equal(headers["x-content-type-options"], "nosniff", url);

@@ -1,11 +1,5 @@
 /** The claim page and claim completion (upstream §7.4): binding an owner to an account. */
-import {
-  invitationNotFound,
-  ownerAuthenticationRequired,
-  protoError,
-  type Recipient,
-  recipientKey,
-} from "@proto/protocol";
+import { invitationNotFound, ownerAuthenticationRequired, protoError, type Recipient } from "@proto/protocol";
 import { reloadAccount } from "./accounts.js";
 import type { Handler, KitCore } from "./core.js";
 import { kitError } from "./errors.js";
@@ -15,21 +9,23 @@ import { isForm, isJson, parseJsonObject } from "./request-body.js";
 import { accountExpiresAt } from "./resource.js";
 import { identityKeys } from "./sessions.js";
 import type { AccountRecord } from "./store/types.js";
-import { hashToken, isoTime, safeEqual } from "./util.js";
+import { hashToken, safeEqual } from "./util.js";
 
 const MAX_CLAIM_TOKEN_LENGTH = 256;
 
-interface Claimable {
+export interface Claimable {
   account: AccountRecord;
   invitationId: string;
   recipientKey: string;
   recipient: Recipient;
   expiresAt: number;
   redirectUrl: string | undefined;
+  /** When the e-mail link of this invitation was used to sign in (it works once). */
+  signedInAt: number | undefined;
 }
 
 /** The invitation a claim token names, checked in the order clients can act on. */
-async function claimable(core: KitCore, token: unknown): Promise<Claimable> {
+export async function claimable(core: KitCore, token: unknown): Promise<Claimable> {
   if (typeof token !== "string" || token.length === 0) {
     throw protoError("malformed_request", { message: "token is required" });
   }
@@ -57,8 +53,12 @@ async function claimable(core: KitCore, token: unknown): Promise<Claimable> {
     recipient: invitation.recipient,
     expiresAt: invitation.expiresAt,
     redirectUrl: invitation.redirectUrl,
+    signedInAt: invitation.signedInAt,
   };
 }
+
+/** Where the claim page's "Continue as <address>" button posts (the e-mail ceremony, `email.ts`). */
+export const EMAIL_SIGNIN_PATH = "/email-signin";
 
 export function claimPageHandler(core: KitCore): Handler {
   return async (request) => {
@@ -68,19 +68,31 @@ export function claimPageHandler(core: KitCore): Handler {
     const session = await core.sessions.fromHeaders(request.headers);
     const here = `${request.url.pathname}${request.url.search}`;
     return claimPage({
+      serviceName: new URL(core.origin).host,
       agentDid: claim.account.did,
       recipient: claim.recipient,
-      expiresAt: isoTime(claim.expiresAt),
-      token,
+      expiresAt: claim.expiresAt,
       completionPath: `${core.discovery.endpoints.claim_completion}/${encodeURIComponent(token)}`,
       session:
         session === undefined
           ? undefined
-          : { csrf: session.csrf, identities: session.identities.map((identity) => recipientKey(identity)) },
+          : {
+              csrf: session.csrf,
+              identities: session.identities,
+              canClaim:
+                identityKeys(session).has(claim.recipientKey) &&
+                core.sessions.isFresh(session, core.options.freshnessSeconds),
+            },
       signInLinks: core.attestors.signInAttestors().map((attestor) => ({
         label: attestor.url ?? attestor.name,
         href: `${core.ownerPath}/signin?${new URLSearchParams({ attestor: attestor.name, return_to: here })}`,
       })),
+      // An e-mail recipient proves the address with the mailed link (an attestor's sign-in names
+      // a pseudonymous subject, never an address).
+      emailSignIn:
+        claim.recipient.type === "email"
+          ? { action: `${core.ownerPath}${EMAIL_SIGNIN_PATH}`, token, used: claim.signedInAt !== undefined }
+          : undefined,
     });
   };
 }

@@ -1,5 +1,6 @@
 import type { DiscoveryDocument, Recipient, UnclaimedMode, VerifiedRequest } from "@proto/protocol";
 import type { AttestorRegistry, KitAttestation } from "./attestors.js";
+import type { InvitationMailer } from "./email.js";
 import type { KitRequest, KitResponse } from "./http.js";
 import type { AccountResource } from "./resource.js";
 import type { OwnerSessions } from "./sessions.js";
@@ -28,6 +29,8 @@ export interface InvitationEvent {
   claimUrl: string;
   token: string;
   expiresAt: string;
+  /** True when the kit mailed the claim link itself (an `email` recipient with `mail` configured). */
+  mailed: boolean;
 }
 
 /** What a verified agent request carries. */
@@ -60,6 +63,8 @@ export interface KitCore {
   /** Unexpected errors (answered 500 `internal_error`). */
   onError(error: unknown): void;
   onInvitation: ((event: InvitationEvent) => void | Promise<void>) | undefined;
+  /** Mails the links of `email` invitations (option `mail`); undefined when the service delivers them. */
+  mail: InvitationMailer | undefined;
   /** Verifies an agent request and resolves (or creates) its account. */
   authenticate(request: KitRequest, route: string, explicitSignup?: boolean): Promise<AgentContext>;
   accountResource(record: AccountRecord): AccountResource;

@@ -98,6 +98,7 @@ export const KIT_ERRORS = {
     statuses: [429],
     situations: [
       "the per-route, per-DID hourly bucket is exhausted (limits.unclaimed_rate_limit_per_hour for unclaimed accounts); Retry-After set",
+      "an e-mail invitation to an address that got mail.perRecipientPerHour invitation mails within the hour; Retry-After set",
     ],
   },
 } as const satisfies Record<ReservedErrorCode, KitErrorUse>;
@@ -108,6 +109,12 @@ export const KIT_SPECIFIC_ERRORS = {
   kit_signin_failed: { status: 400, message: "Sign-in failed; start again" },
   kit_unknown_attestor: { status: 400, message: "Unknown attestor" },
   kit_csrf: { status: 403, message: "Form token missing or wrong; reload the page" },
+  kit_link_used: {
+    status: 410,
+    message:
+      "This e-mail link was already used to sign in, and it works only once. If that was you, go on in the window where you used it; otherwise ask the agent for a new invitation.",
+  },
+  kit_mail_unavailable: { status: 503, message: "The invitation mail could not be sent; try again later" },
   payload_too_large: { status: 413, message: "Request body is too large" },
   not_found: { status: 404, message: "Not found" },
   internal_error: { status: 500, message: "Internal error" },

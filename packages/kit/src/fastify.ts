@@ -163,8 +163,9 @@ export interface CreateServiceOptions {
 /**
  * The Fastify plugin of the kit: mounts `/.well-known/proto` and every endpoint named by the
  * discovery document (accounts, `accounts/me`, owner invitation, key rotation, claim page, claim
- * completion) plus the owner routes (`{ownerPath}/signin`, `/callback`, `/signout`, `/accounts`,
- * `/accounts/revoke`, `/accounts/rekey`). It also decorates `request.proto` for `requireAgent`.
+ * completion, owner re-key and revocation) plus the owner routes (`{ownerPath}/signin`,
+ * `/callback`, `/signout`, `/accounts`, the e-mail sign-in `/email-signin`, and with
+ * `mail.developmentOutbox` the `/dev/outbox` page). It also decorates `request.proto` for `requireAgent`.
  * Register it once, at the root: `await app.register(createService(kit))`.
  */
 export function createService(kit: Kit, options: CreateServiceOptions = {}): FastifyPluginAsync {
@@ -179,15 +180,23 @@ export function createService(kit: Kit, options: CreateServiceOptions = {}): Fas
       // Kit routes read the exact bytes themselves, whatever the content type.
       routes.removeAllContentTypeParsers();
       routes.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body, done) => done(null, body));
+      // Errors before the kit's handler (a body too large or unreadable) answer in the route's
+      // format: the envelope, or a page on the routes people use.
       routes.setErrorHandler((error, request, reply) => {
-        if (error instanceof ProtoError) return sendError(reply, error);
+        const headers = toHeaders(request.headers as Record<string, string | string[] | undefined>);
+        const refuse = (refusal: unknown) =>
+          send(
+            reply,
+            kit.routeErrorResponse(request.method, request.routeOptions.url ?? request.url, refusal, { headers }),
+          );
+        if (error instanceof ProtoError) return refuse(error);
         const status = (error as { statusCode?: number }).statusCode ?? 500;
-        if (status === 413) return sendError(reply, kitError("payload_too_large"));
+        if (status === 413) return refuse(kitError("payload_too_large"));
         if (status >= 400 && status < 500) {
-          return sendError(reply, new ProtoError("malformed_request", 400, (error as Error).message));
+          return refuse(new ProtoError("malformed_request", 400, (error as Error).message));
         }
         if (options.log !== false) request.log.error({ err: error }, "proto kit: unexpected error");
-        return sendError(reply, kitError("internal_error"));
+        return refuse(kitError("internal_error"));
       });
       for (const route of kit.routes) {
         routes.route({

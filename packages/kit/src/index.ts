@@ -8,6 +8,7 @@ export {
   DiscoveryDocumentError,
   endpointPath,
 } from "./discovery.js";
+export { MAIL_RETRY_AFTER_SECONDS } from "./email.js";
 export type { KitErrorUse, KitSpecificErrorCode } from "./errors.js";
 export { KIT_ERRORS, KIT_SPECIFIC_ERRORS, kitError } from "./errors.js";
 export type { CreateServiceOptions, RequireAgentOptions } from "./fastify.js";
@@ -38,6 +39,8 @@ export {
   DEFAULT_OWNER_SESSION_TTL_SECONDS,
   Kit,
 } from "./kit.js";
+export type { KitMail, KitMailer, KitMailOptions, OutboxEntry } from "./mailer.js";
+export { DEFAULT_MAILS_PER_RECIPIENT_PER_HOUR, SmtpMailer } from "./mailer.js";
 export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";
 export { MemoryRateLimiter, StoreRateLimiter } from "./rate-limit.js";
 export type { AccountResource, AccountState } from "./resource.js";

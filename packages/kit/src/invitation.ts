@@ -1,6 +1,7 @@
 /** Owner invitation (upstream §7.2) and its atomic replacement (§7.3). */
 import { protoError, type Recipient, recipientKey } from "@proto/protocol";
 import type { Handler, KitCore } from "./core.js";
+import { claimLink } from "./email.js";
 import { jsonResponse } from "./http.js";
 import { toAccountResource } from "./resource.js";
 import type { AccountRecord } from "./store/types.js";
@@ -71,6 +72,13 @@ export function invitationHandler(core: KitCore): Handler {
     if (context.record.claimedAt !== undefined) throw protoError("already_claimed");
     const now = core.now();
     const token = randomToken("clm_");
+    const expiresAt = now + core.options.invitationTtlSeconds * 1000;
+    // The mail goes first: when it cannot be sent, nothing is staged and a previous invitation
+    // keeps working (the answer is 503, the agent tries again).
+    const mailed = recipient.type === "email" && core.mail !== undefined;
+    if (mailed) {
+      await core.mail?.sendInvitation({ address: recipient.value, agentDid: context.record.did, token, expiresAt });
+    }
     const invitation = await core.store.replaceInvitation({
       accountId: context.record.id,
       tokenHash: hashToken(token),
@@ -78,16 +86,15 @@ export function invitationHandler(core: KitCore): Handler {
       recipientKey: recipientKey(recipient),
       redirectUrl,
       now,
-      expiresAt: now + core.options.invitationTtlSeconds * 1000,
+      expiresAt,
     });
     const record: AccountRecord = { ...context.record, invitation };
     const account = toAccountResource(record, now, core.options.ttlSeconds);
-    const claimUrl = new URL(core.discovery.endpoints.claim_page);
-    claimUrl.searchParams.set("token", token);
-    const expiresAt = isoTime(invitation.expiresAt);
+    const claimUrl = claimLink(core.discovery.endpoints.claim_page, token);
+    const expires = isoTime(invitation.expiresAt);
     if (core.onInvitation !== undefined) {
       try {
-        await core.onInvitation({ account, recipient, claimUrl: claimUrl.href, token, expiresAt });
+        await core.onInvitation({ account, recipient, claimUrl, token, expiresAt: expires, mailed });
       } catch (error) {
         core.onError(error);
       }
@@ -96,9 +103,9 @@ export function invitationHandler(core: KitCore): Handler {
     // link itself is the proof of the mailbox, so it travels by mail alone.
     return jsonResponse(202, {
       invitation_id: invitation.id,
-      expires_at: expiresAt,
+      expires_at: expires,
       state: account.state,
-      ...(recipient.type === "email" ? {} : { claim_url: claimUrl.href }),
+      ...(recipient.type === "email" ? {} : { claim_url: claimUrl }),
     });
   };
 }

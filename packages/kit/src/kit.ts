@@ -13,9 +13,10 @@ import {
 import { introspectionHandler, keyRotationHandler, signupHandler } from "./accounts.js";
 import { AgentAuthenticator, RATE_WINDOW_SECONDS } from "./agent-auth.js";
 import { type AttestorConfig, AttestorRegistry } from "./attestors.js";
-import { claimCompletionHandler, claimPageHandler } from "./claim.js";
+import { claimCompletionHandler, claimPageHandler, EMAIL_SIGNIN_PATH } from "./claim.js";
 import type { AgentContext, Handler, InvitationEvent, KitCore, ResolvedOptions } from "./core.js";
 import { buildDiscoveryDocument, type DiscoveryInput } from "./discovery.js";
+import { emailSignInHandler, InvitationMailer, outboxHandler } from "./email.js";
 import { asProtoError, kitError } from "./errors.js";
 import {
   DEFAULT_MAX_BODY_BYTES,
@@ -28,6 +29,7 @@ import {
   toHeaders,
 } from "./http.js";
 import { invitationHandler } from "./invitation.js";
+import type { KitMailOptions, OutboxEntry } from "./mailer.js";
 import {
   keyRekeyHandler,
   keyRevocationHandler,
@@ -38,6 +40,7 @@ import {
 } from "./owner.js";
 import { errorPage } from "./pages.js";
 import { MemoryRateLimiter, type RateLimiter, StoreRateLimiter } from "./rate-limit.js";
+import { isForm } from "./request-body.js";
 import { type AccountResource, toAccountResource } from "./resource.js";
 import { type NewOwnerSession, type OwnerSession, OwnerSessions } from "./sessions.js";
 import { AttestorSignIn } from "./signin.js";
@@ -101,7 +104,16 @@ export interface KitOptions {
    * the kit's own origin; any other is 400 `malformed_request` (upstream §7.2).
    */
   redirectOrigins?: string[];
-  /** Called after an owner invitation is staged: deliver the claim link to the recipient if you wish. */
+  /**
+   * How the kit mails the links of `email` invitations (the e-mail ceremony): SMTP (`smtpUrl` +
+   * `from`), your own `mailer`, or the `developmentOutbox`. Without it, `onInvitation` must deliver
+   * them: a service that accepts `email` recipients and has neither does not start.
+   */
+  mail?: KitMailOptions;
+  /**
+   * Called after an owner invitation is staged, with its claim link (`mailed` says whether the kit
+   * mailed it): deliver the link yourself when the kit does not, or just take note.
+   */
   onInvitation?: (event: InvitationEvent) => void | Promise<void>;
   /** Unexpected errors (answered 500 `internal_error`). Default: `console.error`. */
   onError?: (error: unknown) => void;
@@ -117,6 +129,12 @@ export interface AuthenticateOptions {
 export interface KitRoute {
   method: "GET" | "POST";
   path: string;
+}
+
+/** A mounted route: its handler, and how it answers an error (JSON, or a page for people). */
+interface MountedRoute {
+  handler: Handler;
+  refuse(error: unknown, request: { headers: Headers }): KitResponse;
 }
 
 /** An allow-list entry: an http(s) origin, exactly. */
@@ -139,7 +157,7 @@ function checkRange(name: string, value: number, min: number, max: number): numb
  * The framework-agnostic core of the kit: it resolves the options, owns the parts (store, verifier,
  * sessions, sign-in) and routes requests to the endpoint modules, one per upstream section:
  * `agent-auth` (§5, §6.3, §10.7), `accounts` (§6.4, §6.5, §8.1), `invitation` (§7.2-7.3), `claim`
- * (§7.4) and `owner` (§7.5, §8.2, §8.4). Create it with `createKit`; mount it with `createService`
+ * (§7.4), `email` (the e-mail ceremony, §7.7.1, §12.6) and `owner` (§7.5, §8.2, §8.4). Create it with `createKit`; mount it with `createService`
  * (Fastify) or `kit.handle` (Fetch API).
  */
 export class Kit {
@@ -154,11 +172,12 @@ export class Kit {
   readonly signIn: AttestorSignIn;
   readonly #authenticator: AgentAuthenticator;
   readonly #core: KitCore;
+  readonly #mail: InvitationMailer | undefined;
   readonly #now: () => number;
   readonly #options: ResolvedOptions;
   readonly #onError: (error: unknown) => void;
   readonly #ownsStore: boolean;
-  readonly #routes = new Map<string, Handler>();
+  readonly #routes = new Map<string, MountedRoute>();
   readonly #timer: NodeJS.Timeout;
 
   /** @internal use `createKit`. */
@@ -228,19 +247,43 @@ export class Kit {
       maxBodyBytes: this.#options.maxBodyBytes,
       ...(options.skewSeconds === undefined ? {} : { skewSeconds: options.skewSeconds }),
     });
-    const limiter = options.rateLimiter ?? "store";
+    const limiterOption = options.rateLimiter ?? "store";
+    const limiter =
+      limiterOption === "store"
+        ? new StoreRateLimiter(store)
+        : limiterOption === "memory"
+          ? new MemoryRateLimiter()
+          : limiterOption;
     this.#authenticator = new AgentAuthenticator({
       verifier,
       attestors: this.attestors,
       store,
-      limiter:
-        limiter === "store" ? new StoreRateLimiter(store) : limiter === "memory" ? new MemoryRateLimiter() : limiter,
+      limiter,
       options: this.#options,
       acceptedAttestors: accepted,
       now: this.#now,
     });
     const onError = options.onError ?? ((error: unknown) => console.error("proto kit:", error));
     this.#onError = onError;
+    if (
+      this.#options.recipientTypes.includes("email") &&
+      options.mail === undefined &&
+      options.onInvitation === undefined
+    ) {
+      throw new Error(
+        "recipient type email needs a way to reach the person: configure mail (smtpUrl + from, a mailer, or developmentOutbox) or onInvitation",
+      );
+    }
+    this.#mail =
+      options.mail === undefined
+        ? undefined
+        : InvitationMailer.fromOptions(options.mail, {
+            origin: this.origin,
+            claimPage: discovery.endpoints.claim_page,
+            limiter,
+            now: this.#now,
+            onError,
+          });
     this.ownerPath = (options.ownerPath ?? DEFAULT_OWNER_PATH).replace(/\/+$/, "");
     if (!this.ownerPath.startsWith("/")) throw new Error("ownerPath must start with /");
     const secure = publicUrl.protocol === "https:";
@@ -274,6 +317,7 @@ export class Kit {
       now: this.#now,
       onError,
       onInvitation: options.onInvitation,
+      mail: this.#mail,
       authenticate: (request, route, explicitSignup) =>
         this.#authenticator.authenticate(request, route, explicitSignup),
       accountResource: (record) => this.accountResource(record),
@@ -368,26 +412,36 @@ export class Kit {
    */
   async handle(request: Request): Promise<Response | undefined> {
     const { pathname } = new URL(request.url);
-    const handler = this.#route(request.method.toUpperCase(), pathname);
-    if (handler === undefined) return undefined;
+    const route = this.#route(request.method.toUpperCase(), pathname);
+    if (route === undefined) return undefined;
     let kitRequest: KitRequest;
     try {
       kitRequest = await fromFetchRequest(request, this.origin, this.#options.maxBodyBytes);
     } catch (error) {
-      return toFetchResponse(this.errorResponse(error, request));
+      return toFetchResponse(route.refuse(error, request));
     }
     return toFetchResponse(await this.dispatch(kitRequest));
   }
 
   /** Runs the kit route for a request in the kit's own shape; 404 `not_found` when there is none. */
   async dispatch(request: KitRequest): Promise<KitResponse> {
-    const handler = this.#route(request.method, request.url.pathname);
-    if (handler === undefined) return errorResponse(kitError("not_found"));
-    return handler(request);
+    const route = this.#route(request.method, request.url.pathname);
+    if (route === undefined) return errorResponse(kitError("not_found"));
+    return route.handler(request);
   }
 
-  /** The handler of a path: exact, or a route whose last segment is the `:token` parameter. */
-  #route(method: string, pathname: string): Handler | undefined {
+  /**
+   * The answer to an error of a kit route raised before its handler ran (a body over
+   * `maxBodyBytes`, one that cannot be read), in the route's format: the envelope, or an HTML page
+   * on the routes people use (the claim page's forms, sign-in). `path` may be the route's pattern.
+   */
+  routeErrorResponse(method: string, path: string, error: unknown, request: { headers: Headers }): KitResponse {
+    const route = this.#route(method.toUpperCase(), path);
+    return route === undefined ? this.errorResponse(error, request) : route.refuse(error, request);
+  }
+
+  /** The route of a path: exact, or a route whose last segment is the `:token` parameter. */
+  #route(method: string, pathname: string): MountedRoute | undefined {
     const verb = method === "HEAD" ? "GET" : method;
     const exact = this.#routes.get(`${verb} ${pathname}`);
     if (exact !== undefined) return exact;
@@ -431,27 +485,35 @@ export class Kit {
     return { ...response, headers };
   }
 
-  #json(handler: Handler): Handler {
-    return async (request) => {
-      try {
-        return await handler(request);
-      } catch (error) {
-        return this.errorResponse(error, request);
-      }
+  #json(handler: Handler): MountedRoute {
+    const refuse = (error: unknown, request: { headers: Headers }) => this.errorResponse(error, request);
+    return {
+      refuse,
+      handler: async (request) => {
+        try {
+          return await handler(request);
+        } catch (error) {
+          return refuse(error, request);
+        }
+      },
     };
   }
 
-  #page(handler: Handler, title?: string): Handler {
-    return async (request) => {
-      try {
-        return await handler(request);
-      } catch (error) {
-        return this.#errorPage(error, request, title);
-      }
+  #page(handler: Handler, title?: string): MountedRoute {
+    const refuse = (error: unknown, request: { headers: Headers }) => this.#errorPage(error, request, title);
+    return {
+      refuse,
+      handler: async (request) => {
+        try {
+          return await handler(request);
+        } catch (error) {
+          return refuse(error, request);
+        }
+      },
     };
   }
 
-  #errorPage(error: unknown, request: KitRequest, title?: string): KitResponse {
+  #errorPage(error: unknown, request: { headers: Headers }, title?: string): KitResponse {
     const { error: protoErr, unexpected } = asProtoError(error);
     if (unexpected) this.#onError(error);
     return this.#challenged(errorPage(protoErr.status, protoErr.code, protoErr.message, title), protoErr, request);
@@ -460,26 +522,38 @@ export class Kit {
   #mountRoutes(): void {
     const core = this.#core;
     const endpoints = this.discovery.endpoints;
-    const add = (method: "GET" | "POST", path: string, handler: Handler) => {
+    const add = (method: "GET" | "POST", path: string, route: MountedRoute) => {
       const key = `${method} ${path}`;
       if (this.#routes.has(key)) throw new Error(`two kit routes at ${key}`);
-      this.#routes.set(key, handler);
+      this.#routes.set(key, route);
     };
-    add("GET", "/.well-known/proto", async () =>
-      jsonResponse(200, this.discovery, {
-        "cache-control": "public, max-age=300",
-        "access-control-allow-origin": "*",
-      }),
+    add(
+      "GET",
+      "/.well-known/proto",
+      this.#json(async () =>
+        jsonResponse(200, this.discovery, {
+          "cache-control": "public, max-age=300",
+          "access-control-allow-origin": "*",
+        }),
+      ),
     );
     add("POST", endpoints.accounts, this.#json(signupHandler(core)));
     add("GET", `${endpoints.accounts}/me`, this.#json(introspectionHandler(core)));
     add("POST", endpoints.owner_invitation, this.#json(invitationHandler(core)));
     if (endpoints.key_rotation !== undefined) add("POST", endpoints.key_rotation, this.#json(keyRotationHandler(core)));
     const claimPage = new URL(endpoints.claim_page);
-    if (claimPage.origin === this.origin) add("GET", claimPage.pathname, this.#page(claimPageHandler(core)));
-    // Answers in the request's own format (JSON, or a page for the claim page's form).
-    add("POST", `${endpoints.claim_completion}/:token`, claimCompletionHandler(core));
     const owner = this.ownerPath;
+    if (claimPage.origin === this.origin) {
+      add("GET", claimPage.pathname, this.#page(claimPageHandler(core)));
+      // The e-mail ceremony's button on that page.
+      add("POST", `${owner}${EMAIL_SIGNIN_PATH}`, this.#page(emailSignInHandler(core), "This link cannot be used"));
+    }
+    // Answers in the request's own format (JSON, or a page for the claim page's form).
+    add("POST", `${endpoints.claim_completion}/:token`, {
+      handler: claimCompletionHandler(core),
+      refuse: (error, request) =>
+        isForm(request.headers) ? this.#errorPage(error, request) : this.errorResponse(error, request),
+    });
     add("GET", `${owner}/signin`, this.#page(signInStartHandler(core), "Sign-in failed"));
     add("GET", `${owner}/callback`, this.#page(signInCallbackHandler(core), "Sign-in failed"));
     add("POST", `${owner}/signout`, this.#json(signOutHandler(core)));
@@ -489,6 +563,14 @@ export class Kit {
     if (endpoints.key_revocation !== undefined) {
       add("POST", endpoints.key_revocation, this.#json(keyRevocationHandler(core)));
     }
+    // Development only (never in production: `createKit` refuses the option there).
+    const outbox = this.#mail?.outbox;
+    if (outbox !== undefined) add("GET", `${owner}/dev/outbox`, this.#page(outboxHandler(outbox), "Outbox"));
+  }
+
+  /** The development outbox's mails, newest first (`mail.developmentOutbox`); undefined without it. */
+  get outbox(): readonly OutboxEntry[] | undefined {
+    return this.#mail?.outbox?.entries;
   }
 
   // ---------------------------------------------------------------- housekeeping
@@ -501,6 +583,7 @@ export class Kit {
 
   async close(): Promise<void> {
     clearInterval(this.#timer);
+    await this.#mail?.close();
     if (this.#ownsStore) await this.store.close();
   }
 }

@@ -151,11 +151,19 @@ for (const engine of ENGINES) {
           attestedSession: { mode: "extended", seconds: 1800 },
           store,
           now: clock.now,
+          onInvitation,
         },
         clock,
       );
       mismatch = await startService(
-        { publicUrl: MISMATCH.origin, discovery: { service_did: MISMATCH.did }, attestors, store, now: clock.now },
+        {
+          publicUrl: MISMATCH.origin,
+          discovery: { service_did: MISMATCH.did },
+          attestors,
+          store,
+          now: clock.now,
+          onInvitation,
+        },
         clock,
       );
       services = new Map([
@@ -684,7 +692,8 @@ for (const engine of ENGINES) {
         ledger.expect(await main.request("POST", claimPath(token)), 401, "owner_authentication_required");
         const page = await aliceBrowser().get(claimUrl);
         assert.equal(page.status, 200, page.text);
-        assert.equal(page.headers.get("referrer-policy"), "no-referrer");
+        // The URL holds the token: at most the origin leaves as Referer.
+        assert.equal(page.headers.get("referrer-policy"), "strict-origin");
         assert.match(page.headers.get("content-security-policy") ?? "", /default-src 'none'/);
         assert.ok(page.text.includes(alice.agent.did));
         assert.ok(link(page.text, `${OWNER}/signin?`));

@@ -1,5 +1,6 @@
-import { existsSync } from "node:fs";
-import { type Browser, chromium } from "playwright-core";
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { type Browser, chromium, type Page } from "playwright-core";
 
 /** Debian's Chromium (`apt-get install chromium`); `CHROMIUM_PATH` points elsewhere. */
 export const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -29,5 +30,29 @@ export async function launchChromium(extraArgs: string[] = []): Promise<{ browse
   } catch (error) {
     if (process.env.CI) throw error;
     return { skip: `Chromium at ${CHROMIUM_PATH} did not start: ${(error as Error).message.split("\n")[0]}` };
+  }
+}
+
+/** The widths people read pages at: a desktop window and a phone. */
+export const VIEWPORTS = [
+  { name: "desktop", width: 1280, height: 800 },
+  { name: "phone", width: 390, height: 844 },
+] as const;
+
+/**
+ * What a picky person checks first on a page, at each width of `VIEWPORTS`: nothing wider than the
+ * screen. A full-page screenshot of each goes to `SCREENSHOT_DIR/<name>-<viewport>.png` when
+ * `SCREENSHOT_DIR` is set, for a person to look at. The page keeps the last (phone) size.
+ */
+export async function lookAt(page: Page, name: string): Promise<void> {
+  const dir = process.env.SCREENSHOT_DIR;
+  for (const viewport of VIEWPORTS) {
+    await page.setViewportSize({ width: viewport.width, height: viewport.height });
+    const overflow = Number(await page.evaluate("document.documentElement.scrollWidth - window.innerWidth"));
+    if (overflow > 0) throw new Error(`${name} is ${overflow}px wider than a ${viewport.name} screen`);
+    if (dir !== undefined) {
+      mkdirSync(dir, { recursive: true });
+      await page.screenshot({ path: join(dir, `${name}-${viewport.name}.png`), fullPage: true });
+    }
   }
 }

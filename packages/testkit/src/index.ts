@@ -1,4 +1,4 @@
-export { CHROMIUM_PATH, launchChromium } from "./browser.js";
+export { CHROMIUM_PATH, launchChromium, lookAt, VIEWPORTS } from "./browser.js";
 export type { IssuedCert, IssueOptions, TestCA, TestCAOptions } from "./ca.js";
 export { createTestCA } from "./ca.js";
 export type { TestDatabase } from "./database.js";

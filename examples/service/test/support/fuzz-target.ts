@@ -19,7 +19,8 @@ export interface RunningTarget extends FuzzTarget {
 
 /**
  * The kit's agent API and owner JSON routes, the discovery document; claim completion takes JSON
- * from agents and the claim page's form from people; the rest are pages.
+ * from agents and the claim page's form from people; the rest are pages (the e-mail sign-in's
+ * form post and the development outbox included).
  */
 export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/\.well-known\/proto-registry-proof$/, "asset"],
@@ -47,7 +48,13 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
     { logStream: quietLog(), redisPrefix: `test:notes-fuzz:${notesPort}:` },
   );
   await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
-  const notes = await buildNotesService({ publicUrl, database: notesDb.url, attestorUrl: trustUrl });
+  // Invitation mails wait in the development outbox, whose page is fuzzed too.
+  const notes = await buildNotesService({
+    publicUrl,
+    database: notesDb.url,
+    attestorUrl: trustUrl,
+    mail: { developmentOutbox: true },
+  });
   await notes.app.listen({ port: notesPort, host: "127.0.0.1" });
 
   // Requests are signed by a key that has no account: signature checks pass, the account lookup does not.
@@ -91,6 +98,8 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
         "POST /notes": { body: { text: "a note" } },
         "GET /proto/claim": { query: { token: "a-claim-token" } },
         "POST /proto/v1/claim/:token": { body: { csrf: "a-csrf-token" } },
+        // From the claim page itself (same Origin), so that it gets past the origin check.
+        "POST /proto/owner/email-signin": { body: { token: "a-claim-token" }, headers: { origin: publicUrl } },
         "GET /proto/owner/signin": { query: { attestor: "proto-trust", return_to: "/owner" } },
         "GET /proto/owner/callback": { query: { state: "state-1", code: "a-code" } },
         "POST /proto/v1/accounts/keys/revoke": { body: { agent_did: did } },

@@ -336,6 +336,18 @@ export class KyselyKitStore implements KitStore {
     return row === undefined ? undefined : toInvitation(row as unknown as Record<string, unknown>);
   }
 
+  async markEmailSignIn(invitationId: string, now: number): Promise<boolean> {
+    const result = await this.db
+      .updateTable("kit_invitations")
+      .set({ signed_in_at: now })
+      .where("id", "=", invitationId)
+      .where("status", "=", "pending")
+      .where("expires_at", ">", now)
+      .where("signed_in_at", "is", null)
+      .executeTakeFirst();
+    return Number(result.numUpdatedRows) === 1;
+  }
+
   async claim(input: {
     invitationId: string;
     accountId: string;

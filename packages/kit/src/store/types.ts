@@ -133,6 +133,12 @@ export interface KitStore {
   }): Promise<InvitationRecord>;
   findInvitationByTokenHash(tokenHash: string): Promise<InvitationRecord | undefined>;
   /**
+   * Records that the e-mail link of a pending, unexpired invitation signed its recipient in: true
+   * the first time only (the link works once), false when it was used, or the invitation is no
+   * longer pending and unexpired.
+   */
+  markEmailSignIn(invitationId: string, now: number): Promise<boolean>;
+  /**
    * Consumes the pending invitation and makes its account CLAIMED, atomically. False when the
    * invitation is no longer pending and unexpired, or the account is already claimed.
    */
