@@ -27,10 +27,21 @@ import {
   openKitStore,
   protoServerOptions,
 } from "@proto/kit";
-import { type FetchFunction, ProtoError, protoError, recipientKey } from "@proto/protocol";
+import { type FetchFunction, isDidKey, ProtoError, protoError, recipientKey } from "@proto/protocol";
 import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
 import { type Note, NotesStore } from "./notes-store.js";
-import { homePage, messagePage, type OwnedAgent, ownerPage, PAGE_HEADERS } from "./pages.js";
+import {
+  type ConfirmInput,
+  confirmPage,
+  donePage,
+  escapeHtml,
+  homePage,
+  messagePage,
+  type OwnedAgent,
+  ownerPage,
+  PAGE_HEADERS,
+  signInAgainPage,
+} from "./pages.js";
 
 /** The attestation issuer of our attestor (`iss` of its attestations). */
 export const DEFAULT_ATTESTOR_ISSUER = "proto-trust";
@@ -287,6 +298,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
           owned.push({
             did: record.did,
             claimedAt: record.claimedAt === undefined ? undefined : new Date(record.claimedAt).toISOString(),
+            keyRevokedAt: record.keyRevokedAt === undefined ? undefined : new Date(record.keyRevokedAt).toISOString(),
             notes: (await notes.list(record.id)).map((note) => ({
               text: note.text,
               createdAt: new Date(note.createdAt).toISOString(),
@@ -313,6 +325,85 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
         }),
       );
     });
+
+    /**
+     * Re-key and revoke from the owner page: the kit's owner operations (upstream §8.2, §8.4), each
+     * confirmed on a page of its own; a session older than five minutes is asked to sign in again.
+     */
+    const ownerAction =
+      (run: (session: OwnerSession, body: Record<string, string>) => Promise<string | { confirm: ConfirmInput }>) =>
+      async (request: { headers: Record<string, unknown>; body: unknown }, reply: FastifyReply) => {
+        const session = await kit.ownerSession(request.headers as Record<string, string | undefined>);
+        const body = (request.body ?? {}) as Record<string, string>;
+        if (session === undefined) return reply.code(303).header("location", OWNER_PAGE).send();
+        if (!safeEqual(typeof body.csrf === "string" ? body.csrf : "", session.csrf)) {
+          return reply
+            .code(403)
+            .headers(PAGE_HEADERS)
+            .send(messagePage("Nothing changed", "This form was not sent from the notes page. Go back and try again."));
+        }
+        try {
+          const outcome = await run(session, body);
+          if (typeof outcome === "string") return reply.headers(PAGE_HEADERS).send(donePage("Done", outcome));
+          return reply.headers(PAGE_HEADERS).send(confirmPage(outcome.confirm));
+        } catch (error) {
+          if (!(error instanceof ProtoError)) throw error;
+          if (error.code === "owner_session_too_stale") {
+            const links = kit.attestors.signInAttestors().map((attestor) => ({
+              label: attestor.url ?? attestor.name,
+              href: `${kit.ownerPath}/signin?${new URLSearchParams({ attestor: attestor.name, return_to: OWNER_PAGE })}`,
+            }));
+            const byEmail = session.identities.some((identity) => identity.type === "email");
+            return reply.code(403).headers(PAGE_HEADERS).send(signInAgainPage(links, byEmail));
+          }
+          return reply.code(error.status).headers(PAGE_HEADERS).send(messagePage("Nothing changed", error.message));
+        }
+      };
+
+    pages.post(
+      `${OWNER_PAGE}/rekey`,
+      ownerAction(async (session, body) => {
+        const did = body.did ?? "";
+        const next = (body.new_did ?? "").trim();
+        if (body.confirm !== "yes") {
+          // Checked before the confirmation, so a typo is told at once.
+          if (!isDidKey(next)) throw protoError("malformed_request", { message: "The new key must be a did:key." });
+          return {
+            confirm: {
+              title: "Re-key this agent?",
+              explanation: `The agent's current key <code>${escapeHtml(did)}</code> stops working here at once, and the key <code>${escapeHtml(next)}</code> takes its place. Its notes and your ownership stay. Then link the new key to you at the attestor with <code>proto trust link</code>.`,
+              action: `${OWNER_PAGE}/rekey`,
+              fields: { csrf: session.csrf, did, new_did: next },
+              button: "Yes, re-key",
+              danger: false,
+            },
+          };
+        }
+        const result = await kit.rekeyAccount(session, did, next);
+        return `Agent re-keyed: it now signs with <code>${escapeHtml(result.agent_did)}</code>; the old key was revoked at ${escapeHtml(result.old_revoked_at)}.`;
+      }),
+    );
+
+    pages.post(
+      `${OWNER_PAGE}/revoke`,
+      ownerAction(async (session, body) => {
+        const did = body.did ?? "";
+        if (body.confirm !== "yes") {
+          return {
+            confirm: {
+              title: "Revoke this agent's key?",
+              explanation: `The agent <code>${escapeHtml(did)}</code> can no longer act here, at once. Its notes stay, and you can give it a new key later (re-key).`,
+              action: `${OWNER_PAGE}/revoke`,
+              fields: { csrf: session.csrf, did },
+              button: "Yes, revoke the key",
+              danger: true,
+            },
+          };
+        }
+        const result = await kit.revokeAccountKey(session, { agent_did: did });
+        return `Agent <code>${escapeHtml(did)}</code> revoked at ${escapeHtml(result.revoked_at)}: it can no longer act here until you re-key it.`;
+      }),
+    );
 
     pages.post<{ Body: Record<string, string> | undefined }>(`${OWNER_PAGE}/signout`, async (request, reply) => {
       const session = await kit.ownerSession(request.headers);

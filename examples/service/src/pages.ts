@@ -21,6 +21,15 @@ const STYLE = [
   ".text{white-space:pre-wrap;overflow-wrap:anywhere;margin:0}",
   ".muted{color:#555;font-size:.9em}",
   "a.button,button{font:inherit;padding:.45rem 1rem;border:1px solid #333;border-radius:.3rem;background:#fff;color:#000;text-decoration:none;display:inline-block;cursor:pointer}",
+  "button.danger{border-color:#a00;color:#a00}",
+  "button+a{margin-left:1rem}",
+  "details{margin:.75rem 0 1rem}",
+  "summary{cursor:pointer}",
+  "label{display:block;margin:.5rem 0 .25rem}",
+  "input[type=text]{font:inherit;width:100%;box-sizing:border-box;padding:.4rem;border:1px solid #555;border-radius:.3rem}",
+  "form.inline{margin:.75rem 0}",
+  ".notice{border-left:4px solid #2a6;padding:.25rem .75rem;background:#f3fbf6}",
+  ".warning{border-left:4px solid #a60;padding:.25rem .75rem;background:#fdf7ee}",
 ].join("");
 
 /** The Content-Security-Policy of every page: nothing but this inline stylesheet, forms to this origin only. */
@@ -69,6 +78,8 @@ export interface OwnerNote {
 export interface OwnedAgent {
   did: string;
   claimedAt: string | undefined;
+  /** Set when the owner revoked the agent's key and has not re-keyed it. */
+  keyRevokedAt: string | undefined;
   notes: OwnerNote[];
 }
 
@@ -90,7 +101,24 @@ export interface OwnerPageInput {
   signOutPath: string;
 }
 
-function agentSection(agent: OwnedAgent, index: number): string {
+function hidden(name: string, value: string): string {
+  return `<input type="hidden" name="${name}" value="${escapeHtml(value)}">`;
+}
+
+/** Re-key and revoke (upstream §8.2, §8.4): each asks for confirmation on a page of its own. */
+function keyControls(agent: OwnedAgent, csrf: string): string {
+  const revoke =
+    agent.keyRevokedAt === undefined
+      ? `<form class="inline" method="post" action="/owner/revoke">${hidden("csrf", csrf)}${hidden("did", agent.did)}<button type="submit" class="danger">Revoke this key…</button></form>`
+      : "";
+  return `<details><summary>Manage this agent's key</summary>
+<form class="inline" method="post" action="/owner/rekey">${hidden("csrf", csrf)}${hidden("did", agent.did)}
+<label for="new-${escapeHtml(agent.did)}">New agent key (a <code>did:key</code>; on the agent's machine <code>proto keys rotate</code> makes one and prints it)</label>
+<input type="text" id="new-${escapeHtml(agent.did)}" name="new_did" required maxlength="200" autocomplete="off" spellcheck="false" placeholder="did:key:z6Mk…">
+<p><button type="submit">Re-key…</button></p></form>${revoke}</details>`;
+}
+
+function agentSection(agent: OwnedAgent, index: number, csrf: string): string {
   const id = `agent-${index}`;
   const notes =
     agent.notes.length === 0
@@ -102,7 +130,11 @@ function agentSection(agent: OwnedAgent, index: number): string {
           )
           .join("")}</ol>`;
   const claimed = agent.claimedAt === undefined ? "" : `<p class="muted">Claimed at ${escapeHtml(agent.claimedAt)}</p>`;
-  return `<section aria-labelledby="${id}"><h2 id="${id}">Agent <code>${escapeHtml(agent.did)}</code></h2>${claimed}${notes}</section>`;
+  const revoked =
+    agent.keyRevokedAt === undefined
+      ? ""
+      : `<p class="warning">You revoked this agent's key at ${escapeHtml(agent.keyRevokedAt)}: it cannot act here until you re-key it.</p>`;
+  return `<section aria-labelledby="${id}"><h2 id="${id}">Agent <code>${escapeHtml(agent.did)}</code></h2>${claimed}${revoked}${notes}${keyControls(agent, csrf)}</section>`;
 }
 
 export function ownerPage(input: OwnerPageInput): string {
@@ -131,7 +163,7 @@ export function ownerPage(input: OwnerPageInput): string {
   const owned =
     session.owned.length === 0
       ? "<p>You own no agent here yet. Open the claim link your agent gave you, or the one mailed to you, to claim it.</p>"
-      : session.owned.map((agent, index) => agentSection(agent, index)).join("");
+      : session.owned.map((agent, index) => agentSection(agent, index, session.csrf)).join("");
   const unclaimed =
     session.unclaimed.length === 0
       ? ""
@@ -140,6 +172,49 @@ export function ownerPage(input: OwnerPageInput): string {
           .join("")}</ul>`;
   const signOut = `<form method="post" action="${escapeHtml(input.signOutPath)}"><input type="hidden" name="csrf" value="${escapeHtml(session.csrf)}"><button type="submit">Sign out</button></form>`;
   return layout("Your agents' notes", `${who}${owned}${unclaimed}${signOut}`);
+}
+
+export interface ConfirmInput {
+  title: string;
+  /** What will happen, in a sentence or two. */
+  explanation: string;
+  action: string;
+  fields: Record<string, string>;
+  button: string;
+  danger: boolean;
+}
+
+/** "Are you sure?": the same form again with `confirm=yes`, and a way back. */
+export function confirmPage(input: ConfirmInput): string {
+  const fields = Object.entries({ ...input.fields, confirm: "yes" })
+    .map(([name, value]) => hidden(name, value))
+    .join("");
+  return layout(
+    input.title,
+    `<p>${input.explanation}</p><form method="post" action="${escapeHtml(input.action)}">${fields}<p><button type="submit"${input.danger ? ' class="danger"' : ""}>${escapeHtml(input.button)}</button> <a href="/owner">Cancel</a></p></form>`,
+  );
+}
+
+/** After an owner operation: what happened, and the way back. */
+export function donePage(title: string, html: string): string {
+  return layout(title, `<p class="notice">${html}</p><p><a class="button" href="/owner">Back to your agents</a></p>`);
+}
+
+/** The session is too old for an owner operation (upstream §7.5): sign in again, then repeat it. */
+export function signInAgainPage(signInLinks: { label: string; href: string }[], emailOwner: boolean): string {
+  const links = signInLinks
+    .map(
+      (link) =>
+        `<p><a class="button" href="${escapeHtml(link.href)}">Sign in again with ${escapeHtml(link.label)}</a></p>`,
+    )
+    .join("");
+  const email = emailOwner
+    ? '<p class="muted">Claimed with an e-mail link? Ask your agent for a new invitation link to sign in again.</p>'
+    : "";
+  return layout(
+    "Sign in again",
+    `<p>Changing an agent's key needs a sign-in from the last five minutes, so that nobody can do it with a session left open. Sign in again, then repeat the change.</p>${links}${email}<p><a href="/owner">Back to your agents</a></p>`,
+  );
 }
 
 export function messagePage(title: string, message: string): string {

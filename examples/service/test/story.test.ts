@@ -314,6 +314,7 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
   });
 
   describe("the owner, in a real browser", { skip: launched.skip }, () => {
+    let rekeyedDid = "";
     let context: BrowserContext;
     let page: Page;
     const requested: string[] = [];
@@ -423,6 +424,67 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       await page.goto(mailedLink);
       await page.getByText("already").first().waitFor();
       assert.equal(await page.getByRole("button", { name: /^Continue as/ }).count(), 0);
+    });
+
+    test("the e-mail owner re-keys the agent, then revokes its key, each confirmed (upstream §8.2, §8.4)", async () => {
+      const next = AgentIdentity.generate();
+      rekeyedDid = next.did;
+      await page.goto(`${publicUrl}/owner`);
+      const section = page.getByRole("region", { name: `Agent ${mailAgent.did}` });
+      await section.getByText("Manage this agent's key").click();
+      await section.getByLabel(/New agent key/).fill(next.did);
+      await lookAt(page, "notes-owner-manage-key");
+      await section.getByRole("button", { name: "Re-key…" }).click();
+      await page.getByRole("heading", { name: "Re-key this agent?" }).waitFor();
+      assert.ok((await page.locator("main").textContent())?.includes(next.did), "the confirmation names the new key");
+      await lookAt(page, "notes-owner-rekey-confirm");
+      await page.getByRole("button", { name: "Yes, re-key" }).click();
+      await page.getByText("Agent re-keyed").waitFor();
+      await lookAt(page, "notes-owner-rekeyed");
+
+      // The old key is revoked at once, everywhere.
+      const refused = await mailClient.fetch("/notes");
+      assert.equal(refused.status, 401);
+      assert.equal(errorCode(await json(refused)), "revoked_key");
+
+      await page.getByRole("link", { name: "Back to your agents" }).click();
+      const renamed = page.getByRole("region", { name: `Agent ${next.did}` });
+      await renamed.getByText("Manage this agent's key").click();
+      await renamed.getByRole("button", { name: "Revoke this key…" }).click();
+      await page.getByRole("heading", { name: "Revoke this agent's key?" }).waitFor();
+      await lookAt(page, "notes-owner-revoke-confirm");
+      await page.getByRole("button", { name: "Yes, revoke the key" }).click();
+      await page.getByText(/revoked at/).waitFor();
+      await page.getByRole("link", { name: "Back to your agents" }).click();
+      await page.getByText("You revoked this agent's key").waitFor();
+      assert.equal(await renamed.getByRole("button", { name: "Revoke this key…" }).count(), 0);
+      await lookAt(page, "notes-owner-revoked");
+    });
+
+    test("an owner whose sign-in is older than five minutes is asked to sign in again; nothing changes", async () => {
+      const stale = await notes.kit.createOwnerSession({ identities: [{ type: "email", value: MAIL_OWNER }] });
+      const answer = await fetch(`${publicUrl}/owner/revoke`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/x-www-form-urlencoded",
+          cookie: stale.setCookie.split(";")[0] as string,
+        },
+        body: new URLSearchParams({ csrf: stale.session.csrf, did: rekeyedDid, confirm: "yes" }).toString(),
+      });
+      assert.equal(answer.status, 403);
+      const text = await answer.text();
+      assert.match(text, /<h1>Sign in again<\/h1>/);
+      assert.match(text, /Ask your agent for a new invitation link/);
+      const forged = await fetch(`${publicUrl}/owner/revoke`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/x-www-form-urlencoded",
+          cookie: stale.setCookie.split(";")[0] as string,
+        },
+        body: new URLSearchParams({ csrf: "forged", did: rekeyedDid }).toString(),
+      });
+      assert.equal(forged.status, 403);
+      assert.match(await forged.text(), /not sent from the notes page/);
     });
 
     test("every page of the notes service has a strict CSP; nothing was loaded from elsewhere", () => {

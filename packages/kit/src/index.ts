@@ -41,6 +41,7 @@ export {
 } from "./kit.js";
 export type { KitMail, KitMailer, KitMailOptions, OutboxEntry } from "./mailer.js";
 export { DEFAULT_MAILS_PER_RECIPIENT_PER_HOUR, SmtpMailer } from "./mailer.js";
+export type { RekeyResult, RevocationResult } from "./owner.js";
 export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";
 export { MemoryRateLimiter, StoreRateLimiter } from "./rate-limit.js";
 export type { AccountResource, AccountState } from "./resource.js";

@@ -34,6 +34,10 @@ import {
   keyRekeyHandler,
   keyRevocationHandler,
   ownedAccountsHandler,
+  type RekeyResult,
+  type RevocationResult,
+  rekeyAccount,
+  revokeAccountKey,
   signInCallbackHandler,
   signInStartHandler,
   signOutHandler,
@@ -397,6 +401,22 @@ export class Kit {
     input: NewOwnerSession,
   ): Promise<{ token: string; setCookie: string; session: OwnerSession }> {
     return this.sessions.create(input);
+  }
+
+  /**
+   * Owner re-key (upstream §8.2) for a service's own pages: what `POST {key_rekey}` does, for a
+   * session the service already holds. Throws a `ProtoError` with the upstream code.
+   */
+  async rekeyAccount(session: OwnerSession, currentDid: string, newDid: string): Promise<RekeyResult> {
+    return rekeyAccount(this.#core, session, currentDid, newDid);
+  }
+
+  /** Owner revocation (upstream §8.4) for a service's own pages: what `POST {key_revocation}` does. */
+  async revokeAccountKey(
+    session: OwnerSession,
+    target: { account_id: string } | { agent_did: string },
+  ): Promise<RevocationResult> {
+    return revokeAccountKey(this.#core, session, target);
   }
 
   /** The account resource of a stored account, now. */

@@ -114,71 +114,99 @@ async function ownerOperation(
   return record;
 }
 
+export interface RekeyResult {
+  account_id: string;
+  agent_did: string;
+  old_revoked_at: string;
+  state: string;
+}
+
+export interface RevocationResult {
+  account_id: string;
+  revoked_at: string;
+}
+
 /**
- * `POST {key_rekey}` (upstream §8.2): `{current_account_did, new_account_did}` binds a new agent
- * key to a claimed account; `account_id` and the owner stay. 200 `{account_id, agent_did,
- * old_revoked_at, state}`.
+ * Owner re-key (upstream §8.2): binds a new agent key to a claimed account the session owns;
+ * `account_id` and the owner stay, the old DID is revoked. Throws the upstream codes.
  */
-export function keyRekeyHandler(core: KitCore): Handler {
-  return async (request) => {
-    const session = await requireSession(core, request);
-    const body = jsonBody(request);
-    const current = requireDidKey(body.current_account_did, "current_account_did");
-    const next = requireDidKey(body.new_account_did, "new_account_did");
-    if (next === current) {
-      throw protoError("malformed_request", { message: "new_account_did is the current DID" });
-    }
-    const record = await ownerOperation(core, session, await core.store.findAccountByDid(current));
-    const now = core.now();
-    const outcome = await core.store.rotateKey({
-      accountId: record.id,
-      fromDid: current,
-      toDid: next,
-      now,
-      reason: "owner_rekeyed",
-      unclaimedOnly: false,
-    });
-    if (outcome === "did_in_use") {
-      throw protoError("already_claimed", { message: "new_account_did is already used by an account, or revoked" });
-    }
-    if (outcome === "stale") throw protoError("unknown_account", { message: "the account's key changed meanwhile" });
-    const account = await ownerView(core, record.id);
-    return jsonResponse(200, {
-      account_id: account.account_id,
-      agent_did: account.agent_did,
-      old_revoked_at: isoTime(now),
-      state: account.state,
-    });
+export async function rekeyAccount(
+  core: KitCore,
+  session: OwnerSession,
+  currentDid: unknown,
+  newDid: unknown,
+): Promise<RekeyResult> {
+  const current = requireDidKey(currentDid, "current_account_did");
+  const next = requireDidKey(newDid, "new_account_did");
+  if (next === current) throw protoError("malformed_request", { message: "new_account_did is the current DID" });
+  const record = await ownerOperation(core, session, await core.store.findAccountByDid(current));
+  const now = core.now();
+  const outcome = await core.store.rotateKey({
+    accountId: record.id,
+    fromDid: current,
+    toDid: next,
+    now,
+    reason: "owner_rekeyed",
+    unclaimedOnly: false,
+  });
+  if (outcome === "did_in_use") {
+    throw protoError("already_claimed", { message: "new_account_did is already used by an account, or revoked" });
+  }
+  if (outcome === "stale") throw protoError("unknown_account", { message: "the account's key changed meanwhile" });
+  const account = await ownerView(core, record.id);
+  return {
+    account_id: account.account_id,
+    agent_did: account.agent_did,
+    old_revoked_at: isoTime(now),
+    state: account.state,
   };
 }
 
 /**
- * `POST {key_revocation}` (upstream §8.4): `{account_id}` or `{agent_did}` revokes the account's
- * agent key, idempotently. 200 `{account_id, revoked_at}` (the first revocation's time).
+ * Owner revocation (upstream §8.4) of the agent key of a claimed account the session owns, named by
+ * `account_id` or `agent_did` (one of them); idempotent, answering the first revocation's time.
  */
+export async function revokeAccountKey(
+  core: KitCore,
+  session: OwnerSession,
+  target: { account_id?: unknown; agent_did?: unknown },
+): Promise<RevocationResult> {
+  const { account_id: accountId, agent_did: agentDid } = target;
+  if ((accountId === undefined) === (agentDid === undefined)) {
+    throw protoError("malformed_request", { message: "send account_id or agent_did (one of them)" });
+  }
+  let found: AccountRecord | undefined;
+  if (accountId !== undefined) {
+    if (typeof accountId !== "string" || accountId.length === 0 || accountId.length > 128) {
+      throw protoError("malformed_request", { message: "account_id must be a string" });
+    }
+    found = await core.store.findAccountById(accountId);
+  } else {
+    found = await core.store.findAccountByDid(requireDidKey(agentDid, "agent_did"));
+  }
+  const record = await ownerOperation(core, session, found);
+  if (record.keyRevokedAt === undefined) {
+    await core.store.revokeKey({ accountId: record.id, did: record.did, now: core.now(), reason: "owner_revoked" });
+  }
+  const after = await ownerView(core, record.id);
+  return { account_id: after.account_id, revoked_at: after.key_revoked_at ?? isoTime(core.now()) };
+}
+
+/** `POST {key_rekey}` `{current_account_did, new_account_did}`: 200 the re-key result. */
+export function keyRekeyHandler(core: KitCore): Handler {
+  return async (request) => {
+    const session = await requireSession(core, request);
+    const body = jsonBody(request);
+    return jsonResponse(200, await rekeyAccount(core, session, body.current_account_did, body.new_account_did));
+  };
+}
+
+/** `POST {key_revocation}` `{account_id}` or `{agent_did}`: 200 `{account_id, revoked_at}`. */
 export function keyRevocationHandler(core: KitCore): Handler {
   return async (request) => {
     const session = await requireSession(core, request);
     const body = jsonBody(request);
-    const { account_id: accountId, agent_did: agentDid } = body;
-    if ((accountId === undefined) === (agentDid === undefined)) {
-      throw protoError("malformed_request", { message: "send account_id or agent_did (one of them)" });
-    }
-    let found: AccountRecord | undefined;
-    if (accountId !== undefined) {
-      if (typeof accountId !== "string" || accountId.length === 0 || accountId.length > 128) {
-        throw protoError("malformed_request", { message: "account_id must be a string" });
-      }
-      found = await core.store.findAccountById(accountId);
-    } else {
-      found = await core.store.findAccountByDid(requireDidKey(agentDid, "agent_did"));
-    }
-    const record = await ownerOperation(core, session, found);
-    if (record.keyRevokedAt === undefined) {
-      await core.store.revokeKey({ accountId: record.id, did: record.did, now: core.now(), reason: "owner_revoked" });
-    }
-    const after = await ownerView(core, record.id);
-    return jsonResponse(200, { account_id: after.account_id, revoked_at: after.key_revoked_at });
+    return jsonResponse(200, await revokeAccountKey(core, session, body));
   };
 }
 
