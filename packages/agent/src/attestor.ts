@@ -188,7 +188,10 @@ export class AttestorClient {
 
   /**
    * `POST {trust_url}/v1/token`, signed (RFC 9421) over exactly `{trust_url}/v1/token`: a fresh
-   * attestation for `aud`, cached, and the binding's new deadline recorded.
+   * attestation for `aud`, cached, and the binding's new deadline recorded. Refusals are final:
+   * `binding_revoked` and `binding_expired` for every service (cached tokens dropped, the binding's
+   * state recorded), `service_suspended` for `aud` only (its cached token dropped; the person
+   * restores it on the attestor's `/account`).
    */
   async mint(aud: string, signal?: AbortSignal): Promise<Attestation> {
     if (!isDidSyntax(aud)) {
@@ -208,6 +211,11 @@ export class AttestorClient {
     });
     if (!isOk(response.status)) {
       const error = errorFromResponse(response, attestorError);
+      if (error.code === "service_suspended") {
+        // Final for this service only: its cached token goes, the binding and other services stay.
+        this.tokenCache.delete(this.url, this.identity.did, aud);
+        throw suspendedError(error, aud, this.url);
+      }
       const gone = BINDING_GONE[error.code];
       if (gone !== undefined) {
         this.tokenCache.delete(this.url, this.identity.did);
@@ -312,6 +320,22 @@ export class AttestorClient {
 }
 
 const attestorError = (init: ServerErrorInit) => new AttestorError(init);
+
+/**
+ * `service_suspended` in words that say which service and what the person can do, whatever the
+ * attestor's own message said (upstream §10.3.1: the person restores it on the attestor's
+ * account page).
+ */
+function suspendedError(error: AttestorError, aud: string, attestorUrl: string): AttestorError {
+  return new AttestorError({
+    status: error.status,
+    code: error.code,
+    message: `the person who linked this agent suspended it for the service ${aud}; no attestation for that service until they restore it on ${attestorUrl}/account (other services are not affected)`,
+    url: error.url,
+    retryAfter: error.retryAfter,
+    details: error.details,
+  });
+}
 
 /** Waits `ms`, or rejects with the signal's reason when it aborts first. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
