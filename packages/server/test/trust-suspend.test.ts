@@ -179,8 +179,9 @@ for (const variant of STORE_VARIANTS) {
       // The last token's time, to the minute it was minted.
       assertWithin(listed[0]?.time, beforeMint, afterMint);
       assert.match(listed[0]?.text ?? "", /Last token \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC/);
-      // The full DID is there for a name that is not the DID itself.
-      assert.ok(cardOf(page, agent.did).includes(`title="${API}"`));
+      // The whole DID is there too, under each name.
+      for (const aud of [SHOP, API, keyService])
+        assert.ok(cardOf(page, agent.did).includes(`<code>${aud}</code>`), aud);
       // The other agent of the same person has used nothing.
       assert.deepEqual(servicesOf(page, idle.did), []);
       assert.equal(noticeOf(page), "");
@@ -325,12 +326,22 @@ for (const variant of STORE_VARIANTS) {
       const noToken = await b.post(`/account/bindings/${bindingId}/services/suspend`, { aud: SHOP });
       assert.equal(noToken.status, 403, noToken.text);
       assert.match(textOf(noToken.text), /This form has expired/);
-      for (const origin of ["https://evil.example", "null", `${trustUrl.replace("127.0.0.1", "localhost")}`]) {
+      const foreign: Record<string, string>[] = [
+        { origin: "https://evil.example" },
+        { origin: trustUrl.replace("127.0.0.1", "localhost") },
+        { origin: `${trustUrl}/` },
+        // What a browser sends for a sibling subdomain's form under a no-referrer policy.
+        { origin: "null", "sec-fetch-site": "same-site" },
+        { origin: "null", "sec-fetch-site": "cross-site" },
+        { origin: trustUrl, "sec-fetch-site": "cross-site" },
+        { "sec-fetch-site": "same-site" },
+      ];
+      for (const headers of foreign) {
         const cross = await b.send("POST", `/account/bindings/${bindingId}/services/suspend`, {
           form: { _csrf: csrf, aud: SHOP },
-          headers: { origin },
+          headers,
         });
-        assert.equal(cross.status, 403, `${origin}: ${cross.text}`);
+        assert.equal(cross.status, 403, `${JSON.stringify(headers)}: ${cross.text}`);
         assert.match(textOf(cross.text), /This form came from another site/);
       }
       const missingAud = await b.post(`/account/bindings/${bindingId}/services/suspend`, { _csrf: csrf });
@@ -338,12 +349,19 @@ for (const variant of STORE_VARIANTS) {
       assert.match(missingAud.headers.get("content-type") ?? "", /^text\/html/);
       await mintOk(agent, SHOP);
 
-      // From its own origin it works; signed out, it leads to sign-in and changes nothing.
-      const own = await b.send("POST", `/account/bindings/${bindingId}/services/suspend`, {
-        form: { _csrf: csrf, aud: SHOP },
-        headers: { origin: trustUrl },
-      });
-      assert.equal(own.status, 303, own.text);
+      // From its own pages it works: what a browser sends under the pages' no-referrer policy,
+      // or the origin itself. Signed out, it leads to sign-in and changes nothing.
+      for (const [action, headers] of [
+        ["suspend", { origin: "null", "sec-fetch-site": "same-origin" }],
+        ["restore", { origin: trustUrl }],
+        ["suspend", { origin: trustUrl, "sec-fetch-site": "same-origin" }],
+      ] as const) {
+        const own = await b.send("POST", `/account/bindings/${bindingId}/services/${action}`, {
+          form: { _csrf: csrf, aud: SHOP },
+          headers,
+        });
+        assert.equal(own.status, 303, `${JSON.stringify(headers)}: ${own.text}`);
+      }
       assertError(await h.mint(agent, SHOP), 403, "service_suspended");
       const anonymous = new Browserless(trustUrl);
       const signin = await anonymous.get("/signin");

@@ -57,12 +57,12 @@ function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string): SafeH
   const action: ServiceAction = suspended ? "restore" : "suspend";
   return html`<li class="service${suspended ? " suspended" : ""}">
     <div><strong title="${row.aud}">${name}</strong>${suspended ? html` <span class="badge">Suspended</span>` : ""}</div>
-    ${name === shortenDid(row.aud) ? "" : html`<div><code title="${row.aud}">${shortenDid(row.aud)}</code></div>`}
+    <div><code>${row.aud}</code></div>
     <div class="muted">${suspended ? html`Suspended ${date(row.suspended_at)}` : html`Last token ${date(row.last_mint_at)}`}</div>
     <form method="post" action="/account/bindings/${b.id}/services/${action}">
       <input type="hidden" name="_csrf" value="${csrf}">
       <input type="hidden" name="aud" value="${row.aud}">
-      <button class="${suspended ? "secondary" : "danger"}" type="submit">${suspended ? "Restore" : "Suspend"}<span class="visually-hidden"> ${agentName(b)} for ${name}</span></button>
+      <button${suspended ? "" : html` class="secondary"`} type="submit">${suspended ? "Restore" : "Suspend"}<span class="visually-hidden"> ${agentName(b)} for ${name}</span></button>
     </form>
   </li>`;
 }
@@ -71,7 +71,8 @@ function servicesOf(b: BindingRow, entry: { rows: BindingServiceRow[]; total: nu
   if (entry === undefined || entry.rows.length === 0) {
     return html`<p class="muted">No service yet: this agent has not asked for an attestation.</p>`;
   }
-  return html`<ul class="services" aria-label="Services of ${agentName(b)}">${entry.rows.map((row) => serviceItem(b, row, csrf))}</ul>
+  return html`<p class="muted">Suspending a service stops new attestations for it at once; one already issued stays valid until it expires (at most 15 minutes).</p>
+  <ul class="services" aria-label="Services of ${agentName(b)}">${entry.rows.map((row) => serviceItem(b, row, csrf))}</ul>
   ${
     entry.total > entry.rows.length
       ? html`<p class="muted">Showing ${entry.rows.length} of ${entry.total} services: suspended ones first, then the most recently used.</p>`
@@ -205,11 +206,18 @@ ${
 /**
  * A form that changes something is taken only from the attestor's own pages. SameSite=Lax keeps
  * the cookies off cross-site posts, not off another origin of the same site (a sibling
- * subdomain); the Origin a browser sends tells them apart (as on `DELETE /v1/bindings/{id}`).
+ * subdomain); what the browser says of the request's origin tells them apart. `Sec-Fetch-Site`
+ * first: browsers send it whatever the page's referrer policy, while under this site's
+ * `Referrer-Policy: no-referrer` they send `Origin: null` even for a form of the same origin.
+ * Without either (or with only `Origin: null`, from browsers older than `Sec-Fetch-Site`), the
+ * CSRF token alone decides.
  */
 function crossOrigin(request: FastifyRequest, reply: FastifyReply, publicOrigin: string): FastifyReply | undefined {
+  const site = request.headers["sec-fetch-site"];
   const origin = request.headers.origin;
-  if (origin === undefined || origin === publicOrigin) return undefined;
+  const foreign =
+    site !== undefined ? site !== "same-origin" : origin !== undefined && origin !== "null" && origin !== publicOrigin;
+  if (!foreign) return undefined;
   return sendMessage(
     reply,
     403,
