@@ -177,7 +177,10 @@ ${
   for (const action of ["suspend", "restore"] as const) {
     app.post<{ Params: { id: string }; Body: { aud: string } }>(
       `/account/bindings/:id/services/${action}`,
-      { schema: { body: serviceForm }, preHandler: app.csrfProtection },
+      {
+        schema: { body: serviceForm, consumes: ["application/x-www-form-urlencoded"] },
+        preHandler: app.csrfProtection,
+      },
       async (request, reply) => {
         const refused = crossOrigin(request, reply, publicOrigin);
         if (refused !== undefined) return refused;
