@@ -77,13 +77,13 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
       summary: "Suspend one agent for one service (form)",
       description:
         "Form fields `_csrf` and `aud` (a service the binding has minted for). From then on the agent's mint for that `aud` is 403 `service_suspended`; its other services are unaffected. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
-      tags: ["bindings"],
+      tags: ["pages"],
     },
     "POST /account/bindings/:id/services/restore": {
       summary: "Restore a suspended service of one agent (form)",
       description:
         "Form fields `_csrf` and `aud`. The agent's mint for that `aud` works again. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
-      tags: ["bindings"],
+      tags: ["pages"],
     },
   },
   defaultTag: "pages",
