@@ -197,6 +197,9 @@ export class AttestorClient implements AttestationSource {
   /**
    * `POST {trust_url}/v1/token`, signed (RFC 9421) over exactly `{trust_url}/v1/token`: a fresh
    * attestation for `aud`, cached; the binding's new deadline and the token's `iss` recorded.
+   * Refusals are final: `binding_revoked` and `binding_expired` for every service (cached tokens
+   * dropped, the binding's state recorded), `service_suspended` for `aud` only (its cached token
+   * dropped; the person restores it on the attestor's `/account`).
    */
   async mint(aud: string, signal?: AbortSignal): Promise<Attestation> {
     if (!isDidSyntax(aud)) {
@@ -216,6 +219,11 @@ export class AttestorClient implements AttestationSource {
     });
     if (!isOk(response.status)) {
       const error = errorFromResponse(response, attestorError);
+      if (error.code === "service_suspended") {
+        // Final for this service only: its cached token goes, the binding and other services stay.
+        this.tokenCache.delete(this.url, this.identity.did, aud);
+        throw suspendedError(error, aud, this.url);
+      }
       const gone = BINDING_GONE[error.code];
       if (gone !== undefined) {
         this.tokenCache.delete(this.url, this.identity.did);
@@ -357,6 +365,22 @@ export class AttestorClient implements AttestationSource {
 }
 
 const attestorError = (init: ServerErrorInit) => new AttestorError(init);
+
+/**
+ * `service_suspended` in words that say which service and what the person can do, whatever the
+ * attestor's own message said (upstream §10.3.1: the person restores it on the attestor's
+ * account page).
+ */
+function suspendedError(error: AttestorError, aud: string, attestorUrl: string): AttestorError {
+  return new AttestorError({
+    status: error.status,
+    code: error.code,
+    message: `the person who linked this agent suspended it for the service ${aud}; no attestation for that service until they restore it on ${attestorUrl}/account (other services are not affected)`,
+    url: error.url,
+    retryAfter: error.retryAfter,
+    details: error.details,
+  });
+}
 
 /** Waits `ms`, or rejects with the signal's reason when it aborts first. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -7,8 +7,8 @@
  * - `server`: a server answered with an error (its envelope's code), or with something that is not
  *   the protocol.
  * - `network`: the request did not complete (unreachable host, TLS failure, timeout, oversized response).
- * - `auth`: credentials or linkage: not linked, binding revoked or expired, link request expired,
- *   signature refused, no directory session.
+ * - `auth`: credentials or linkage: not linked, binding revoked or expired, suspended for one
+ *   service, link request expired, signature refused, no directory session.
  * - `usage`: bad input or missing configuration.
  * - `keystore`: the local key file is missing, unsafe or unreadable.
  * - `incompatible`: a service's discovery document is invalid or not usable by a v0.1 agent.
@@ -39,6 +39,7 @@ const AUTH_CODES = new Set([
   "attestation_required",
   "binding_revoked",
   "binding_expired",
+  "service_suspended",
   "verification_required",
   "link_request_expired",
 ]);

@@ -37,7 +37,7 @@ function assertOneLineError(result: CliResult, exitCode: number, code: string): 
 
 describe("proto CLI, failures", () => {
   let env: TestEnv;
-  const homes = { linked: "", fresh: "" };
+  const homes = { linked: "", fresh: "", suspended: "" };
   const cli = (home: string, ...args: string[]) => runCli(args, { home, caFile: env.caFile });
 
   before(async () => {
@@ -141,6 +141,60 @@ describe("proto CLI, failures", () => {
     assert.equal(jsonOf(await cli(homes.linked, "trust", "status", "--json")).state, "revoked");
     // Once the attestor said so, the cached tokens of that binding are dropped too.
     assertOneLineError(await cli(homes.linked, "trust", "token", env.site.did), 4, "binding_revoked");
+  });
+
+  test("a service suspended on /account: exit 4 with a line naming it; other services go on; restored, it works", async () => {
+    const running = startCli(["trust", "link", "--attestor", env.trustUrl, "--label", "suspended agent", "--json"], {
+      home: homes.suspended,
+      caFile: env.caFile,
+    });
+    const started = JSON.parse(await running.line("stderr", (line) => line.includes('"link_started"')));
+    const confirmed = await env.trustHook("/__test/link/confirm", {
+      req_id: started.req_id,
+      email: "dana@example.com",
+    });
+    assert.equal(confirmed.status, 200);
+    assert.equal((await running.done).code, 0);
+    const bindingId = String(confirmed.json.binding_id);
+    const other = "did:web:other.example";
+    const hello = `${env.site.origin}/proto/v1/hello`;
+    assert.equal((await cli(homes.suspended, "call", hello)).code, 0);
+    assert.equal((await cli(homes.suspended, "trust", "token", other)).code, 0);
+    const accepted = env.site.accepted.length;
+
+    // The person suspends the agent for the site (what the account page's button does).
+    const suspended = await env.trustHook("/__test/bindings/suspend", { binding_id: bindingId, aud: env.site.did });
+    assert.equal(suspended.status, 200, JSON.stringify(suspended.json));
+
+    const token = await cli(homes.suspended, "trust", "token", env.site.did, "--fresh");
+    const line = assertOneLineError(token, 4, "service_suspended");
+    assert.equal(
+      line,
+      `proto: service_suspended: the person who linked this agent suspended it for the service ${env.site.did}; no attestation for that service until they restore it on ${env.trustUrl}/account (other services are not affected)`,
+    );
+    const json = jsonOf(await cli(homes.suspended, "trust", "token", env.site.did, "--fresh", "--json"));
+    assert.deepEqual(json.error, {
+      code: "service_suspended",
+      message: line.replace(/^proto: service_suspended: /, ""),
+      status: 403,
+    });
+    // The refusal dropped the cached token for the site: a call mints, is refused, sends nothing.
+    assertOneLineError(await cli(homes.suspended, "call", hello), 4, "service_suspended");
+    assert.equal(env.site.accepted.length, accepted, "the site received nothing");
+    // Other services keep minting, and the binding is still active.
+    assert.equal((await cli(homes.suspended, "trust", "token", other, "--fresh")).code, 0);
+    assert.equal(jsonOf(await cli(homes.suspended, "trust", "status", "--json")).state, "active");
+
+    const restored = await env.trustHook("/__test/bindings/suspend", {
+      binding_id: bindingId,
+      aud: env.site.did,
+      suspended: false,
+    });
+    assert.equal(restored.status, 200);
+    assert.equal(restored.json.suspended_at, null);
+    const call = await cli(homes.suspended, "call", hello);
+    assert.equal(call.code, 0, call.stderr);
+    assert.equal(env.site.accepted.length, accepted + 1);
   });
 
   test("wrong key file permissions: refused, exit 5", async () => {

@@ -10,11 +10,13 @@ import { DISCOVERY_PATH, testFetch } from "@proto/testkit";
 import {
   Agent,
   AgentError,
+  AttestorClient,
   AttestorError,
   AuthError,
   DirectoryError,
   DiscoveryError,
   discoverService,
+  type FetchFunction,
   NetworkError,
   ServiceClient,
   UsageError,
@@ -170,6 +172,77 @@ describe("SDK against the real servers", () => {
     await assert.rejects(service.fetch("https://claims.example/claim"), rejectsWith("foreign_origin", UsageError));
     assert.throws(() => service.endpoint("key_rotation"), rejectsWith("unknown_endpoint", UsageError));
     assert.throws(() => service.endpoint("accounts", "me"), rejectsWith("invalid_argument", UsageError));
+  });
+
+  test("a service suspended by the person: service_suspended, final for that service only, never retried", async () => {
+    const attestor = agent.attestor();
+    const [a, b, free] = [env.named.a, env.named.b, env.named.free];
+    assert.ok(a && b && free);
+    // The earlier tests minted for all three; the person suspends the agent for two of them.
+    const bindingId = agent.store.getBinding(attestor.url, agent.did)?.binding_id;
+    for (const site of [a, free]) {
+      const suspended = await env.trustHook("/__test/bindings/suspend", { binding_id: bindingId, aud: site.did });
+      assert.equal(suspended.status, 200, JSON.stringify(suspended.json));
+    }
+    const isSuspended = (site: { did: string }) => (error: unknown) => {
+      assert.ok(error instanceof AttestorError, String(error));
+      assert.deepEqual([error.code, error.status, error.kind], ["service_suspended", 403, "auth"]);
+      assert.equal(
+        error.message,
+        `the person who linked this agent suspended it for the service ${site.did}; no attestation for that service until they restore it on ${env.trustUrl}/account (other services are not affected)`,
+      );
+      return true;
+    };
+    await assert.rejects(attestor.mint(a.did), isSuspended(a));
+    // Its cached token for that service is gone; the others and the binding stay.
+    assert.equal(attestor.tokenCache.get(attestor.url, agent.did, a.did), undefined);
+    assert.ok(attestor.tokenCache.get(attestor.url, agent.did, b.did));
+    assert.equal(agent.store.getBinding(attestor.url, agent.did)?.state, "active");
+    assert.equal((await attestor.mint(b.did)).cached, false);
+
+    // Through a service client, every request counted: one mint, no retry, nothing sent on.
+    const sent: string[] = [];
+    const counting: FetchFunction = (input, init) => {
+      sent.push(new URL(input instanceof Request ? input.url : String(input)).host);
+      return env.fetch(input, init);
+    };
+    const counted = new AttestorClient({ url: env.trustUrl, identity: agent.identity, fetch: counting });
+    const trustHost = new URL(env.trustUrl).host;
+    for (const site of [a, free]) {
+      sent.length = 0;
+      const accepted = site.accepted.length;
+      const service = await ServiceClient.connect(site.origin, {
+        identity: agent.identity,
+        attestor: counted,
+        fetch: counting,
+      });
+      await assert.rejects(service.fetch("/proto/v1/hello"), isSuspended(site));
+      assert.equal(site.accepted.length, accepted, `${site.did} accepted nothing`);
+      assert.equal(sent.filter((host) => host === trustHost).length, 1, `one mint for ${site.did}: ${sent}`);
+    }
+    // The free service was asked once, without an attestation; the attested_only one never.
+    assert.deepEqual(
+      sent.filter((host) => host !== trustHost),
+      [new URL(free.origin).host, new URL(free.origin).host],
+      "discovery, then the one request that answered attestation_required",
+    );
+    const other = await ServiceClient.connect(b.origin, {
+      identity: agent.identity,
+      attestor: counted,
+      fetch: counting,
+    });
+    assert.equal((await other.fetch("/proto/v1/hello")).status, 200);
+
+    // Restored: minting and the service work again.
+    for (const site of [a, free]) {
+      const restored = await env.trustHook("/__test/bindings/suspend", {
+        binding_id: bindingId,
+        aud: site.did,
+        suspended: false,
+      });
+      assert.equal(restored.status, 200);
+    }
+    assert.equal((await (await agent.service(a.origin)).fetch("/proto/v1/hello")).status, 200);
   });
 
   test("discovery: HTTPS only, schema and v0.1 rules, DID must name the host, size cap, no redirects, timeout", async () => {

@@ -51,6 +51,37 @@ export const RESERVED_ERRORS = {
 
 export type ReservedErrorCode = keyof typeof RESERVED_ERRORS;
 
+/**
+ * The trust attestor's codes (spec `trust.md`, "Attestor envelope"), with `service_suspended` of
+ * upstream §10.3.1: the person suspended this agent for the requested `aud` (other services are
+ * unaffected) until they restore it.
+ */
+export const ATTESTOR_ERRORS = {
+  invalid_request: { status: 400, message: "Invalid request" },
+  invalid_signature: { status: 401, message: "Signature verification failed" },
+  unauthorized: { status: 401, message: "Missing, invalid or unknown credential" },
+  binding_revoked: { status: 403, message: "The person revoked this binding" },
+  verification_required: { status: 403, message: "The person has no active verification method" },
+  service_suspended: { status: 403, message: "The person suspended this agent for this service" },
+  not_found: { status: 404, message: "Not found" },
+  binding_expired: { status: 410, message: "The binding expired; link again" },
+  link_request_expired: { status: 410, message: "The link request expired or was already retrieved" },
+  rate_limited: { status: 429, message: "Rate limit exceeded" },
+  internal_error: { status: 500, message: "Internal error" },
+} as const satisfies Record<string, ReservedErrorSpec>;
+
+export type AttestorErrorCode = keyof typeof ATTESTOR_ERRORS;
+
+/**
+ * Mint refusals that are final for the service asked for: no retry or re-signing changes them,
+ * only the person (linking again, or restoring the service on the attestor's account page).
+ */
+export const FINAL_MINT_ERRORS: readonly AttestorErrorCode[] = [
+  "binding_revoked",
+  "binding_expired",
+  "service_suspended",
+];
+
 export function isReservedErrorCode(code: string): code is ReservedErrorCode {
   return Object.hasOwn(RESERVED_ERRORS, code);
 }

@@ -54,9 +54,17 @@ export {
   validateDiscoveryDocument,
 } from "./discovery.js";
 export { ED25519_KEY_LENGTH, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey, seedOfPrivateKey } from "./ed25519.js";
-export type { ErrorEnvelope, ProtoErrorOptions, ReservedErrorCode, ReservedErrorSpec } from "./errors.js";
+export type {
+  AttestorErrorCode,
+  ErrorEnvelope,
+  ProtoErrorOptions,
+  ReservedErrorCode,
+  ReservedErrorSpec,
+} from "./errors.js";
 export {
+  ATTESTOR_ERRORS,
   errorEnvelope,
+  FINAL_MINT_ERRORS,
   invitationNotFound,
   isReservedErrorCode,
   ownerAuthenticationRequired,

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { loadVectors } from "@proto/testkit";
 import {
+  ATTESTOR_ERRORS,
+  FINAL_MINT_ERRORS,
   invitationNotFound,
   isReservedErrorCode,
   ownerAuthenticationRequired,
@@ -40,6 +42,26 @@ describe("reserved error codes", () => {
       const error = protoError(vector.code as keyof typeof RESERVED_ERRORS);
       assert.deepEqual(error.toEnvelope(), vector.envelope, `${file}: envelope`);
     }
+  });
+
+  test("the attestor's codes: the spec's table and service_suspended (403), final for its service", () => {
+    const statuses = Object.fromEntries(Object.entries(ATTESTOR_ERRORS).map(([code, spec]) => [code, spec.status]));
+    assert.deepEqual(statuses, {
+      invalid_request: 400,
+      invalid_signature: 401,
+      unauthorized: 401,
+      binding_revoked: 403,
+      verification_required: 403,
+      service_suspended: 403,
+      not_found: 404,
+      binding_expired: 410,
+      link_request_expired: 410,
+      rate_limited: 429,
+      internal_error: 500,
+    });
+    assert.deepEqual([...FINAL_MINT_ERRORS].sort(), ["binding_expired", "binding_revoked", "service_suspended"]);
+    // The attestor's codes are not the reserved codes of services.
+    assert.equal(isReservedErrorCode("service_suspended"), false);
   });
 
   test("the two codes with a second status", () => {

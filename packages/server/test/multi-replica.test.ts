@@ -537,6 +537,44 @@ describe("multi-replica: 3 directories, 2 attestors, one PostgreSQL, one Redis",
   );
 
   test(
+    "a service suspended on one attestor is refused by both; restored on the other, both mint again",
+    withLogs(async () => {
+      assert.ok(person && linked, "the previous test linked an agent to the person");
+      const agent = linked;
+      const OTHER = "did:web:other.test";
+      const mintEverywhere = async (aud: string) => {
+        const now = await attestorNowUnix();
+        return Promise.all(
+          T.map((t) => t.request("POST", "/v1/token", { ip: newIp(), ...signedMint(agent, now, aud) })),
+        );
+      };
+      for (const minted of await mintEverywhere(OTHER)) assert.equal(minted.status, 200, minted.text);
+
+      /** The form the account page on `replica` shows for AUD: its action and CSRF token. */
+      const formFor = async (replica: Replica, action: "suspend" | "restore") => {
+        const page = await person.send(replica, "GET", "/account");
+        assert.equal(page.status, 200, page.text);
+        const forms = [...page.text.matchAll(/<form method="post" action="([^"]+)">([\s\S]*?)<\/form>/g)];
+        const form = forms.find((f) => f[1]?.endsWith(`/services/${action}`) && f[2]?.includes(`value="${AUD}"`));
+        assert.ok(form, `${replica.name} offers to ${action} ${AUD}`);
+        return { action: form[1] as string, csrf: field(page.text, "_csrf") };
+      };
+
+      const suspend = await formFor(T[1]!, "suspend");
+      const suspended = await person.send(T[1]!, "POST", suspend.action, { _csrf: suspend.csrf, aud: AUD });
+      assert.equal(suspended.status, 303, suspended.text);
+      for (const refused of await mintEverywhere(AUD)) assertError(refused, 403, "service_suspended");
+      for (const minted of await mintEverywhere(OTHER)) assert.equal(minted.status, 200, minted.text);
+
+      // trust-0 shows it suspended, and restores it.
+      const restore = await formFor(T[0]!, "restore");
+      const restored = await person.send(T[0]!, "POST", restore.action, { _csrf: restore.csrf, aud: AUD });
+      assert.equal(restored.status, 303, restored.text);
+      for (const minted of await mintEverywhere(AUD)) assert.equal(minted.status, 200, minted.text);
+    }),
+  );
+
+  test(
     "an authorization code issued by one attestor is redeemed once, whichever attestors are asked",
     withLogs(async () => {
       assert.ok(person, "the previous test signed the person in");

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { hasRawControlCharacter, hostileRedirects, launchChromium } from "@proto/testkit";
 import type { Browser, BrowserContext, Locator, Page, Response } from "playwright-core";
+import { contrastOf, inPage } from "./support/page-checks.js";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
 import { STORE_VARIANTS } from "./support/stores.js";
 import {
@@ -24,6 +25,8 @@ import {
  */
 
 const AUD = "did:web:service.example";
+const SHOP = "did:web:shop.example";
+const MAPS = "did:web:maps.example%3A8443:tiles";
 const MAIL_FROM = "proto trust <signin@trust.test>";
 // Markup in an agent label must come out as text, in element content and in attributes alike.
 const HOSTILE_LABEL = `Ada's "agent" <script>alert(1)</script>`;
@@ -64,6 +67,21 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
   const documents: Response[] = [];
   const dialogs: string[] = [];
   const cspViolations: string[] = [];
+  /** The person the first story signs in (the next story goes on in the same browser). */
+  let personEmail = "";
+  /** Where screenshots go: `PROTO_SCREENSHOT_DIR` keeps them to look at, else a temporary folder. */
+  const shotDir = process.env.PROTO_SCREENSHOT_DIR ?? mkdtempSync(join(tmpdir(), "proto-trust-pages-"));
+
+  /** Every page a story opens is watched the same way, whichever context it is in. */
+  function watch(target: BrowserContext): void {
+    target.on("request", (request) => requested.push(request.url()));
+    target.on("response", (response) => {
+      if (response.request().resourceType() === "document") documents.push(response);
+    });
+    target.on("console", (message) => {
+      if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
+    });
+  }
 
   before(async () => {
     smtp = await startSmtpCollector();
@@ -81,13 +99,7 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
     });
     context = await browser.newContext();
     await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin });
-    context.on("request", (request) => requested.push(request.url()));
-    context.on("response", (response) => {
-      if (response.request().resourceType() === "document") documents.push(response);
-    });
-    context.on("console", (message) => {
-      if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
-    });
+    watch(context);
     page = await context.newPage();
     page.on("dialog", (dialog) => {
       dialogs.push(dialog.message());
@@ -96,6 +108,7 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
   });
 
   after(async () => {
+    if (process.env.PROTO_SCREENSHOT_DIR === undefined) rmSync(shotDir, { recursive: true, force: true });
     await context?.close();
     await browser.close();
     await h?.close();
@@ -105,6 +118,7 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
 
   test("link, sign in by e-mail, confirm, poll, account, revoke: what the person and the agent see", async () => {
     const email = `ada-${Math.random().toString(36).slice(2)}@mail.test`;
+    personEmail = email;
     const agent: Agent = newAgent();
     const beforeStart = await h.nowMs();
     const started = await h.startLink(agent, { agent_label: HOSTILE_LABEL, callback_url: callback.url });
@@ -245,6 +259,106 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
     assertError(await h.mint(agent, AUD), 403, "binding_revoked");
 
     assert.deepEqual(dialogs, [], "no script from the label ran");
+  });
+
+  test("suspend one service of one agent on /account, restore it on a phone: notices, mints, layout", async () => {
+    const agent = newAgent();
+    const started = await h.startLink(agent, { agent_label: "Ada's helper" });
+    assert.equal(started.status, 200, started.text);
+    await h.hook("/__test/link/confirm", { req_id: started.json.req_id, email: personEmail });
+    assert.equal((await h.poll(agent, started.json.req_id)).json.state, "confirmed");
+    for (const aud of [SHOP, MAPS]) assert.equal((await h.mint(agent, aud)).status, 200, aud);
+
+    // Each service by the name a person reads (most recent first), its DID one step away.
+    await page.goto(`${origin}/account`);
+    const card = page.getByRole("region", { name: "Ada's helper" });
+    const services = card.getByRole("list", { name: "Services of Ada's helper" });
+    const items = services.getByRole("listitem");
+    assert.equal(await items.count(), 2);
+    assert.equal(await seen(items.nth(0).locator("strong")), "maps.example:8443/tiles");
+    assert.equal(await items.nth(0).locator("strong").getAttribute("title"), MAPS);
+    assert.equal(await seen(items.nth(1).locator("strong")), "shop.example");
+    assert.match(await seen(items.nth(1)), /Last token \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC/);
+
+    // Keyboard: Tab reaches the shop's Suspend button; Enter presses it.
+    const suspend = card.getByRole("button", { name: "Suspend Ada's helper for shop.example" });
+    let tabs = 0;
+    while (!(await suspend.evaluate((element) => element.matches(":focus")))) {
+      assert.ok(tabs++ < 40, "Tab never reached the Suspend button");
+      await page.keyboard.press("Tab");
+    }
+    await page.keyboard.press("Enter");
+    await page.waitForURL((url) => url.pathname === "/account" && url.searchParams.get("done") === "suspended");
+    assert.equal(
+      (await seen(page.getByRole("status"))).trim(),
+      "Suspended. Ada's helper can no longer get attestations for shop.example. Its other services are not affected. Restore it below whenever you like.",
+    );
+    const shop = services.getByRole("listitem").filter({ hasText: "shop.example" });
+    assert.match(await seen(shop), /Suspended/);
+    await shop.getByRole("button", { name: "Restore Ada's helper for shop.example" }).waitFor();
+    assert.equal(await services.getByRole("button", { name: /^Suspend/ }).count(), 1, "maps is still active");
+    // The agent's side: refused for the shop only.
+    assertError(await h.mint(agent, SHOP), 403, "service_suspended");
+    assert.equal((await h.mint(agent, MAPS)).status, 200);
+    await page.screenshot({ path: join(shotDir, "account-suspended-desktop.png"), fullPage: true });
+    assert.ok(statSync(join(shotDir, "account-suspended-desktop.png")).size > 0);
+
+    // On a phone (light and dark): nothing scrolls sideways, text keeps its contrast; restore there.
+    const afterSuspend = page.url();
+    for (const colorScheme of ["light", "dark"] as const) {
+      const phone = await browser.newContext({
+        viewport: { width: 360, height: 740 },
+        deviceScaleFactor: 2,
+        isMobile: true,
+        hasTouch: true,
+        colorScheme,
+      });
+      watch(phone);
+      try {
+        await phone.addCookies(await context.cookies());
+        const tab = await phone.newPage();
+        await tab.goto(afterSuspend);
+        await tab.getByRole("status").waitFor();
+        const widths = await inPage<{ scroll: number; client: number }>(
+          tab,
+          "({ scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth })",
+        );
+        assert.ok(widths.scroll <= widths.client, `${colorScheme}: ${widths.scroll} > ${widths.client}`);
+        const low = (
+          await contrastOf(tab, [
+            "h1",
+            "h2",
+            "h3",
+            "p",
+            "strong",
+            ".muted",
+            "code",
+            ".badge",
+            ".notice",
+            "button",
+            "time",
+          ])
+        ).filter((r) => r.ratio < 4.5);
+        assert.deepEqual(low, [], colorScheme);
+        await tab.screenshot({ path: join(shotDir, `account-suspended-phone-${colorScheme}.png`), fullPage: true });
+        if (colorScheme === "dark") {
+          await tab.getByRole("button", { name: "Restore Ada's helper for shop.example" }).tap();
+          await tab.waitForURL((url) => url.searchParams.get("done") === "restored");
+          assert.equal(
+            (await seen(tab.getByRole("status"))).trim(),
+            "Restored. Ada's helper can get attestations for shop.example again.",
+          );
+          await tab.screenshot({ path: join(shotDir, "account-restored-phone-dark.png"), fullPage: true });
+        }
+      } finally {
+        await phone.close();
+      }
+    }
+    assert.equal((await h.mint(agent, SHOP)).status, 200, "restored");
+    // Back on the desktop, the old notice is not repeated now that it no longer holds.
+    await page.goto(afterSuspend);
+    assert.equal(await page.getByRole("status").count(), 0);
+    assert.equal(await card.getByRole("button", { name: /^Restore/ }).count(), 0);
   });
 
   test("every page sends a CSP of default-src 'none' and loads nothing from elsewhere; personal pages are no-store", async () => {

@@ -119,6 +119,30 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0002_human_side": humanSide(engine),
     "0003_payment": payment(engine),
     "0004_state": state(),
+    "0005_binding_services": bindingServices(engine),
+  };
+}
+
+/**
+ * The services (`aud`) each binding has minted for, and the person's per-service suspension
+ * (upstream §10.3.1). One row per (binding, aud): the mint reads it by primary key, and writes
+ * it only when the pair is new or its last use is stale (see TrustService.mint).
+ */
+function bindingServices(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql
+        .raw(`create table trust_binding_services (
+          binding_id text not null references trust_bindings (id),
+          aud text not null,
+          first_mint_at ${bigint} not null,
+          last_mint_at ${bigint} not null,
+          suspended_at ${bigint},
+          primary key (binding_id, aud)
+        )`)
+        .execute(db);
+    },
   };
 }
 
@@ -133,6 +157,13 @@ function state(): Migration {
 
 export interface TrustSchema extends HumanSideSchema, PaymentSchema {
   trust_state: { name: string; value: string };
+  trust_binding_services: {
+    binding_id: string;
+    aud: string;
+    first_mint_at: number;
+    last_mint_at: number;
+    suspended_at: number | null;
+  };
   trust_signing_keys: {
     kid: string;
     public_x: string;
@@ -218,6 +249,7 @@ export interface HumanSideSchema {
 export type SigningKeyRow = TrustSchema["trust_signing_keys"];
 export type BindingRow = TrustSchema["trust_bindings"];
 export type LinkRequestRow = TrustSchema["trust_link_requests"];
+export type BindingServiceRow = TrustSchema["trust_binding_services"];
 
 /**
  * Payment verification attempts: the opaque reference the provider sees instead of the human id,

@@ -73,6 +73,18 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
     },
     "POST /account/payment/start": { summary: "Start a payment verification (form)", tags: ["payment"] },
     "GET /account/payment/return": { summary: "Return from the payment provider", tags: ["payment"] },
+    "POST /account/bindings/:id/services/suspend": {
+      summary: "Suspend one agent for one service (form)",
+      description:
+        "Form fields `_csrf` and `aud` (a service the binding has minted for). From then on the agent's mint for that `aud` is 403 `service_suspended`; its other services are unaffected. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
+      tags: ["pages"],
+    },
+    "POST /account/bindings/:id/services/restore": {
+      summary: "Restore a suspended service of one agent (form)",
+      description:
+        "Form fields `_csrf` and `aud`. The agent's mint for that `aud` works again. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
+      tags: ["pages"],
+    },
   },
   defaultTag: "pages",
 };
@@ -228,7 +240,7 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
     const tokenSchema = {
       summary: "Mint an attestation",
       description:
-        'Signed by the agent\'s key (RFC 9421) for `{trust_url}/v1/token`, covering @method, @target-uri and content-digest, with created, expires and nonce. Body: `{"aud": "<service DID>"}`.',
+        'Signed by the agent\'s key (RFC 9421) for `{trust_url}/v1/token`, covering @method, @target-uri and content-digest, with created, expires and nonce. Body: `{"aud": "<service DID>"}`.\n\nErrors: 400 `invalid_request` (body or `aud`); 401 `invalid_signature`, `expired_signature`, `replayed_nonce`, `unauthorized` (no binding for this DID); 403 `binding_revoked`, `verification_required`, `service_suspended` (the person suspended this agent for this `aud` on `/account`; other services still mint; final until they restore it); 410 `binding_expired`; 429 `rate_limited` with `Retry-After`.',
       tags: ["tokens"],
       security: [{ httpSignature: [] }],
       response: { 200: minted, "4xx": ERROR_ENVELOPE },

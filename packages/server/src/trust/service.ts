@@ -1,5 +1,6 @@
 import { createHmac, sign as ed25519Sign, verify as ed25519Verify } from "node:crypto";
 import {
+  ATTESTOR_ERRORS,
   createRequestVerifier,
   decodeBase64url,
   decodeDidKey,
@@ -20,7 +21,7 @@ import { ApiError, invalidRequest, notFound, rateLimited, unauthorized } from ".
 import { type RateLimiter, rateLimitKey } from "../platform/rate-limit.js";
 import { randomToken } from "../platform/tokens.js";
 import type { KeyRing, SigningKey } from "./keys.js";
-import type { BindingRow, TrustSchema } from "./migrations.js";
+import type { BindingRow, BindingServiceRow, TrustSchema } from "./migrations.js";
 import type { TrustSettings } from "./settings.js";
 import * as store from "./store.js";
 
@@ -49,6 +50,25 @@ export interface Minted {
   expires_at: number;
   verification: VerificationMethod;
   binding_expires_at: number;
+}
+
+/**
+ * How stale a (binding, aud) pair's recorded last use may grow before a mint writes it again.
+ * An agent mints for a service about once a token lifetime; writing every mint would double the
+ * mint's writes for a date the account page shows to the minute anyway.
+ */
+export const SERVICE_USE_REFRESH_MS = 10 * 60 * 1000;
+
+/** The account page lists this many services per agent (suspended ones first); a count says the rest. */
+export const SERVICES_SHOWN_PER_BINDING = 50;
+
+/** Final for that service until the person restores it; other services are unaffected. */
+function serviceSuspended(aud: string, publicUrl: string): ApiError {
+  return new ApiError(
+    ATTESTOR_ERRORS.service_suspended.status,
+    "service_suspended",
+    `the person who linked this agent suspended it for ${aud}; they can restore it on ${publicUrl}/account`,
+  );
 }
 
 const linkExpired = () =>
@@ -264,6 +284,8 @@ export class TrustService {
           revoked_at: null,
         };
         await store.insertBinding(trx, binding);
+        // The same person re-linking: the services and suspensions carry over to the new binding.
+        if (live !== undefined && live.human_id === humanId) await store.copyServices(trx, live.id, binding.id);
         const moved = await store.transitionLinkRequest(trx, reqId, "pending", {
           state: "confirmed",
           binding_id: binding.id,
@@ -299,16 +321,17 @@ export class TrustService {
     if (typeof aud !== "string" || aud.length > 2048 || !/^did:(web|key):.+/.test(aud) || !isDidSyntax(aud)) {
       throw invalidRequest("aud must be the destination service DID (did:web: or did:key:)");
     }
-    const context = await store.mintContext(this.#db, agentDid);
+    const context = await store.mintContext(this.#db, agentDid, aud);
     const now = this.#now();
     if (context === undefined) throw unauthorized("this agent is not linked to a person; run the link flow");
-    const { binding } = context;
+    const { binding, service } = context;
     if (binding.revoked_at !== null) throw new ApiError(403, "binding_revoked", "the person revoked this binding");
     if (binding.expires_at <= now) throw new ApiError(410, "binding_expired", "the binding lapsed; link again");
     const verification = strongestMethod(context.methods);
     if (verification === undefined) {
       throw new ApiError(403, "verification_required", "the person has no active verification method");
     }
+    if (service?.suspended_at != null) throw serviceSuspended(aud, this.#deps.publicUrl);
     const daily = await this.#deps.limiter.hit(
       this.#deps.settings.rateLimits.tokenPerBinding,
       rateLimitKey("binding", binding.id),
@@ -318,6 +341,9 @@ export class TrustService {
     const bindingExpiresAt = now + this.#deps.settings.bindingInactivitySeconds * 1000;
     if (!(await store.recordMint(this.#db, binding.id, now, bindingExpiresAt))) {
       throw new ApiError(403, "binding_revoked", "the person revoked this binding");
+    }
+    if (service === undefined || now - service.last_mint_at >= SERVICE_USE_REFRESH_MS) {
+      await store.recordServiceUse(this.#db, binding.id, aud, now);
     }
     await this.#deps.keys.fresh();
     const key = this.#deps.keys.signingKey();
@@ -354,6 +380,31 @@ export class TrustService {
     return { ok: true, revoked_at: new Date(binding.revoked_at ?? now).toISOString() };
   }
 
+  /**
+   * Suspends (`suspended` true) or restores one service of one of the person's live bindings
+   * (`humanId` undefined: any person's, for the test hook). Idempotent: answers the pair's state,
+   * changed or not. Unknown to this person, revoked, or a service the binding never minted for: 404.
+   */
+  async setServiceSuspended(
+    bindingId: string,
+    humanId: string | undefined,
+    aud: string,
+    suspended: boolean,
+  ): Promise<{ binding_id: string; aud: string; suspended_at: number | null }> {
+    const binding = await store.findBinding(this.#db, bindingId);
+    if (
+      binding === undefined ||
+      (humanId !== undefined && binding.human_id !== humanId) ||
+      binding.revoked_at !== null
+    ) {
+      throw notFound("no such binding");
+    }
+    await store.setServiceSuspension(this.#db, bindingId, aud, suspended ? this.#now() : null);
+    const row = await store.findServiceUse(this.#db, bindingId, aud);
+    if (row === undefined) throw notFound("this agent has not used that service");
+    return { binding_id: bindingId, aud, suspended_at: row.suspended_at };
+  }
+
   /** What the account page shows: methods in force and every binding, newest first. */
   async accountOf(humanId: string) {
     const verifications = await this.#db
@@ -370,7 +421,15 @@ export class TrustService {
       .orderBy("created_at", "desc")
       .limit(200)
       .execute();
+    const live = bindings.filter((b) => b.revoked_at === null).map((b) => b.id);
+    const services = new Map<string, { rows: BindingServiceRow[]; total: number }>();
+    for (const row of await store.servicesOfBindings(this.#db, live, SERVICES_SHOWN_PER_BINDING)) {
+      const entry = services.get(row.binding_id) ?? { rows: [], total: row.total };
+      entry.rows.push(row);
+      services.set(row.binding_id, entry);
+    }
     return {
+      services,
       verifications: verifications.map((v) => ({
         method: v.method,
         created_at: v.created_at,

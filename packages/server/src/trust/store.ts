@@ -1,5 +1,5 @@
 import { type Kysely, sql, type Transaction } from "kysely";
-import type { BindingRow, LinkRequestRow, TrustSchema } from "./migrations.js";
+import type { BindingRow, BindingServiceRow, LinkRequestRow, TrustSchema } from "./migrations.js";
 
 export type Db = Kysely<TrustSchema> | Transaction<TrustSchema>;
 
@@ -106,24 +106,37 @@ export async function latestBindingForAgent(db: Db, agentDid: string): Promise<B
     .executeTakeFirst();
 }
 
+/** What the mint knows of one (binding, aud) pair: when it was last recorded, and any suspension. */
+export interface ServiceUse {
+  last_mint_at: number;
+  suspended_at: number | null;
+}
+
 /**
- * What a mint needs, in one round trip: the binding `latestBindingForAgent` answers and the
- * methods `activeMethods` answers for its human (empty when none is in force). The token endpoint
- * is the attestor's hot path; plain SQL here skips the query builder's per-call cost, and one
- * statement instead of two halves the database work (and the round trips on PostgreSQL).
+ * What a mint needs, in one round trip: the binding `latestBindingForAgent` answers, the methods
+ * `activeMethods` answers for its human (empty when none is in force), and the binding's row for
+ * `aud` (a primary-key lookup; undefined before its first mint for that service). The token
+ * endpoint is the attestor's hot path; plain SQL here skips the query builder's per-call cost,
+ * and one statement instead of three keeps the database work (and the round trips on
+ * PostgreSQL) at one.
  */
 export async function mintContext(
   db: Db,
   agentDid: string,
-): Promise<{ binding: BindingRow; methods: string[] } | undefined> {
-  const { rows } = await sql<BindingRow & { method: string | null }>`
-    select b.*, v.method as method
+  aud: string,
+): Promise<{ binding: BindingRow; methods: string[]; service: ServiceUse | undefined } | undefined> {
+  const { rows } = await sql<
+    BindingRow & { method: string | null; service_last_mint_at: number | null; service_suspended_at: number | null }
+  >`
+    select b.*, v.method as method,
+      s.last_mint_at as service_last_mint_at, s.suspended_at as service_suspended_at
     from (
       select * from trust_bindings
       where agent_did = ${agentDid}
       order by revoked_at desc nulls first, created_at desc
       limit 1
     ) b
+    left join trust_binding_services s on s.binding_id = b.id and s.aud = ${aud}
     left join trust_verifications v on v.human_id = b.human_id and v.revoked_at is null`.execute(db);
   const first = rows[0];
   if (first === undefined) return undefined;
@@ -139,7 +152,88 @@ export async function mintContext(
   };
   const methods: string[] = [];
   for (const row of rows) if (row.method !== null) methods.push(row.method);
-  return { binding, methods };
+  const service =
+    first.service_last_mint_at === null
+      ? undefined
+      : { last_mint_at: first.service_last_mint_at, suspended_at: first.service_suspended_at };
+  return { binding, methods, service };
+}
+
+/**
+ * Records that a binding minted for `aud` now: a new row, or a later `last_mint_at` on the
+ * existing one (never an earlier one, whatever order replicas write in). A suspension is left
+ * as it is. Plain SQL: it runs on the mint path (see mintContext).
+ */
+export async function recordServiceUse(db: Db, bindingId: string, aud: string, now: number): Promise<void> {
+  await sql`
+    insert into trust_binding_services (binding_id, aud, first_mint_at, last_mint_at, suspended_at)
+    values (${bindingId}, ${aud}, ${now}, ${now}, null)
+    on conflict (binding_id, aud) do update set last_mint_at = excluded.last_mint_at
+    where trust_binding_services.last_mint_at < excluded.last_mint_at`.execute(db);
+}
+
+/**
+ * The services of some bindings, at most `limit` per binding: suspended ones first (they cannot
+ * mint, so their last use only grows older, and the person must still find them to restore
+ * them), then the most recently used. `total` counts every service of the binding.
+ */
+export async function servicesOfBindings(
+  db: Db,
+  bindingIds: readonly string[],
+  limit: number,
+): Promise<(BindingServiceRow & { total: number })[]> {
+  if (bindingIds.length === 0) return [];
+  const { rows } = await sql<BindingServiceRow & { total: number | string }>`
+    select binding_id, aud, first_mint_at, last_mint_at, suspended_at, total from (
+      select s.*,
+        row_number() over (
+          partition by binding_id
+          order by case when suspended_at is null then 1 else 0 end, last_mint_at desc, aud
+        ) as position,
+        count(*) over (partition by binding_id) as total
+      from trust_binding_services s
+      where binding_id in (${sql.join(bindingIds)})
+    ) ranked
+    where position <= ${limit}
+    order by binding_id, position`.execute(db);
+  return rows.map((row) => ({ ...row, total: Number(row.total) }));
+}
+
+/**
+ * Suspends (`suspendedAt` a time) or restores (`null`) one service of one binding; true when the
+ * pair exists and its state changed.
+ */
+export async function setServiceSuspension(
+  db: Db,
+  bindingId: string,
+  aud: string,
+  suspendedAt: number | null,
+): Promise<boolean> {
+  const result = await db
+    .updateTable("trust_binding_services")
+    .set({ suspended_at: suspendedAt })
+    .where("binding_id", "=", bindingId)
+    .where("aud", "=", aud)
+    .where("suspended_at", suspendedAt === null ? "is not" : "is", null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+export async function findServiceUse(db: Db, bindingId: string, aud: string): Promise<BindingServiceRow | undefined> {
+  return db
+    .selectFrom("trust_binding_services")
+    .selectAll()
+    .where("binding_id", "=", bindingId)
+    .where("aud", "=", aud)
+    .executeTakeFirst();
+}
+
+/** A re-link by the same person keeps what the old binding knew: its services and suspensions. */
+export async function copyServices(db: Db, fromBindingId: string, toBindingId: string): Promise<void> {
+  await sql`
+    insert into trust_binding_services (binding_id, aud, first_mint_at, last_mint_at, suspended_at)
+    select ${toBindingId}, aud, first_mint_at, last_mint_at, suspended_at
+    from trust_binding_services where binding_id = ${fromBindingId}`.execute(db);
 }
 
 export async function liveBindingForAgent(db: Db, agentDid: string): Promise<BindingRow | undefined> {

@@ -35,6 +35,31 @@ export function registerTrustTestHooks(app: FastifyInstance, service: TrustServi
       return { binding_id: request.body.binding_id, revoked_at: result.revoked_at };
     },
   );
+  app.post<{ Body: { binding_id: string; aud: string; suspended?: boolean } }>(
+    "/__test/bindings/suspend",
+    {
+      schema: {
+        body: {
+          type: "object",
+          required: ["binding_id", "aud"],
+          properties: {
+            binding_id: { type: "string", minLength: 1, maxLength: 128 },
+            aud: { type: "string", minLength: 1, maxLength: 2048 },
+            suspended: { type: "boolean" },
+          },
+        },
+      },
+    },
+    async (request) => {
+      const { binding_id, aud, suspended = true } = request.body;
+      const result = await service.setServiceSuspended(binding_id, undefined, aud, suspended);
+      return {
+        binding_id,
+        aud,
+        suspended_at: result.suspended_at === null ? null : new Date(result.suspended_at).toISOString(),
+      };
+    },
+  );
   app.post<{ Body: { binding_id: string } }>(
     "/__test/bindings/expire",
     { schema: { body: bindingBody } },

@@ -80,8 +80,10 @@ export function judge(request: FuzzRequest, result: RawResult, origins: string[]
     const problem = redirectProblem(answer, origins);
     if (problem !== undefined) return `${status} ${problem}`;
   }
-  // A path that does not percent-decode is refused before any route is chosen: the envelope.
-  const lenient = request.transport || request.offRoute || !decodes(request.target.split("?")[0] ?? "");
+  // A path that does not percent-decode, or with a segment over the router's parameter limit
+  // (414), is refused before any route is chosen: the envelope.
+  const path = request.target.split("?")[0] ?? "";
+  const lenient = request.transport || request.offRoute || !decodes(path) || overlong(path);
   // Off its route, the not-found envelope is the right answer whatever the route was.
   if (request.offRoute && !success && envelopeProblem(answer, request.method) === undefined) return undefined;
   // Refused before any route is chosen (framing, header size): the envelope, whatever the route.
@@ -103,6 +105,13 @@ export function judge(request: FuzzRequest, result: RawResult, origins: string[]
     return `${status} not HTML (content-type ${header(answer, "content-type") ?? "none"})`;
   }
   return undefined;
+}
+
+/** The servers' router refuses a path parameter longer than this (`maxParamLength`). */
+const MAX_PARAM_LENGTH = 2048;
+
+function overlong(path: string): boolean {
+  return path.split("/").some((segment) => segment.length > MAX_PARAM_LENGTH);
 }
 
 function decodes(path: string): boolean {

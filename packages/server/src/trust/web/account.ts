@@ -1,17 +1,43 @@
 import type {} from "@fastify/csrf-protection";
-import type { FastifyInstance } from "fastify";
-import { html } from "../../platform/html.js";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { ApiError } from "../../platform/errors.js";
+import { html, type SafeHtml } from "../../platform/html.js";
+import { SINGLE_LINE } from "../../platform/input-rules.js";
+import type { BindingRow, BindingServiceRow } from "../migrations.js";
 import type { TrustService } from "../service.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
+import { serviceName } from "./service-names.js";
 import type { SessionManager } from "./session.js";
 
 export interface AccountDeps {
   service: TrustService;
   sessions: SessionManager;
+  /** `{trust_url}`: forms that change something are only taken from pages of this origin. */
+  publicUrl: string;
   /** Extra actions offered on the account page (payment verification, upstream sign-in). */
   actions: () => { label: string; path: string }[];
 }
+
+type ServiceAction = "suspend" | "restore";
+
+/** The notice the account page shows after a suspension or a restoration (`?done=...`). */
+interface Done {
+  action: ServiceAction;
+  binding: string;
+  aud: string;
+}
+
+const serviceForm = {
+  type: "object",
+  required: ["aud"],
+  properties: {
+    _csrf: { type: "string", maxLength: 256 },
+    aud: { type: "string", minLength: 1, maxLength: 2048, pattern: SINGLE_LINE },
+  },
+} as const;
+
+const agentName = (b: Pick<BindingRow, "agent_label" | "agent_did">) => b.agent_label ?? shortenDid(b.agent_did);
 
 const METHOD_NAMES: Record<string, string> = {
   email: "E-mail address",
@@ -24,19 +50,78 @@ const date = (ms: number | null) =>
     ? html`<span class="muted">never</span>`
     : html`<time datetime="${new Date(ms).toISOString()}">${new Date(ms).toISOString().slice(0, 16).replace("T", " ")} UTC</time>`;
 
+/** One service of a binding: its name, its DID, its last use, and the button that flips it. */
+function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string): SafeHtml {
+  const name = serviceName(row.aud);
+  const suspended = row.suspended_at !== null;
+  const action: ServiceAction = suspended ? "restore" : "suspend";
+  return html`<li class="service${suspended ? " suspended" : ""}">
+    <div><strong title="${row.aud}">${name}</strong>${suspended ? html` <span class="badge">Suspended</span>` : ""}</div>
+    <div><code>${row.aud}</code></div>
+    <div class="muted">${suspended ? html`Suspended ${date(row.suspended_at)}` : html`Last token ${date(row.last_mint_at)}`}</div>
+    <form method="post" action="/account/bindings/${b.id}/services/${action}">
+      <input type="hidden" name="_csrf" value="${csrf}">
+      <input type="hidden" name="aud" value="${row.aud}">
+      <button${suspended ? "" : html` class="secondary"`} type="submit">${suspended ? "Restore" : "Suspend"}<span class="visually-hidden"> ${agentName(b)} for ${name}</span></button>
+    </form>
+  </li>`;
+}
+
+function servicesOf(b: BindingRow, entry: { rows: BindingServiceRow[]; total: number } | undefined, csrf: string) {
+  if (entry === undefined || entry.rows.length === 0) {
+    return html`<p class="muted">No service yet: this agent has not asked for an attestation.</p>`;
+  }
+  return html`<p class="muted">Suspending a service stops new attestations for it at once; one already issued stays valid until it expires (at most 15 minutes).</p>
+  <ul class="services" aria-label="Services of ${agentName(b)}">${entry.rows.map((row) => serviceItem(b, row, csrf))}</ul>
+  ${
+    entry.total > entry.rows.length
+      ? html`<p class="muted">Showing ${entry.rows.length} of ${entry.total} services: suspended ones first, then the most recently used.</p>`
+      : ""
+  }`;
+}
+
+/** The outcome of the last suspension or restoration, when the page was reached after one. */
+function doneNotice(
+  done: Done | undefined,
+  bindings: BindingRow[],
+  services: Map<string, { rows: BindingServiceRow[] }>,
+): SafeHtml | string {
+  if (done === undefined) return "";
+  const binding = bindings.find((b) => b.id === done.binding && b.revoked_at === null);
+  const row = services.get(done.binding)?.rows.find((r) => r.aud === done.aud);
+  // Said only when it is still true: a reload after the other button was pressed says nothing.
+  if (binding === undefined || row === undefined || (row.suspended_at !== null) !== (done.action === "suspend")) {
+    return "";
+  }
+  const name = serviceName(done.aud);
+  return done.action === "suspend"
+    ? html`<p class="notice" role="status"><strong>Suspended.</strong> ${agentName(binding)} can no longer get attestations for ${name}. Its other services are not affected. Restore it below whenever you like.</p>`
+    : html`<p class="notice" role="status"><strong>Restored.</strong> ${agentName(binding)} can get attestations for ${name} again.</p>`;
+}
+
+function readDone(query: unknown): Done | undefined {
+  const { done, binding, aud } = (query ?? {}) as Record<string, unknown>;
+  if ((done !== "suspended" && done !== "restored") || typeof binding !== "string" || typeof aud !== "string") {
+    return undefined;
+  }
+  return { action: done === "suspended" ? "suspend" : "restore", binding, aud };
+}
+
 export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Promise<void> {
   const { service, sessions } = deps;
+  const publicOrigin = new URL(deps.publicUrl).origin;
 
   app.get("/account", async (request, reply) => {
     const session = await sessions.current(request);
     if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
-    const { verifications, bindings } = await service.accountOf(session.humanId);
+    const { verifications, bindings, services } = await service.accountOf(session.humanId);
     const csrf = reply.generateCsrf();
     const live = bindings.filter((b) => b.revoked_at === null);
     return sendPage(reply, {
       title: "Your account",
       signedIn: { csrf },
       body: html`<h1>Your account</h1>
+${doneNotice(readDone(request.query), bindings, services)}
 <h2>Verification</h2>
 ${
   verifications.length === 0
@@ -60,6 +145,8 @@ ${
     <dt>Last token</dt><dd>${date(b.last_mint_at)}</dd>
     <dt>Lapses</dt><dd>${date(b.expires_at)}</dd>
   </dl>
+  <h3>Services</h3>
+  ${servicesOf(b, services.get(b.id), csrf)}
   <form method="post" action="/account/bindings/${b.id}/revoke">
     <input type="hidden" name="_csrf" value="${csrf}">
     <button class="danger" type="submit">Revoke<span class="visually-hidden"> ${b.agent_label ?? b.agent_did}</span></button>
@@ -85,5 +172,60 @@ ${
       }
       return reply.redirect("/account", 303);
     },
+  );
+
+  for (const action of ["suspend", "restore"] as const) {
+    app.post<{ Params: { id: string }; Body: { aud: string } }>(
+      `/account/bindings/:id/services/${action}`,
+      {
+        schema: { body: serviceForm, consumes: ["application/x-www-form-urlencoded"] },
+        preHandler: app.csrfProtection,
+      },
+      async (request, reply) => {
+        const refused = crossOrigin(request, reply, publicOrigin);
+        if (refused !== undefined) return refused;
+        const session = await sessions.current(request);
+        if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+        const { aud } = request.body;
+        try {
+          await service.setServiceSuspended(request.params.id, session.humanId, aud, action === "suspend");
+        } catch (error) {
+          if (!(error instanceof ApiError) || error.status !== 404) throw error;
+          return sendMessage(
+            reply,
+            404,
+            "Unknown agent or service",
+            "That agent is not linked to your account, or it has not used that service.",
+            html`<p><a class="button" href="/account">Go to your account</a></p>`,
+          );
+        }
+        const done = action === "suspend" ? "suspended" : "restored";
+        return reply.redirect(`/account?${new URLSearchParams({ done, binding: request.params.id, aud })}`, 303);
+      },
+    );
+  }
+}
+
+/**
+ * A form that changes something is taken only from the attestor's own pages. SameSite=Lax keeps
+ * the cookies off cross-site posts, not off another origin of the same site (a sibling
+ * subdomain); what the browser says of the request's origin tells them apart. `Sec-Fetch-Site`
+ * first: browsers send it whatever the page's referrer policy, while under this site's
+ * `Referrer-Policy: no-referrer` they send `Origin: null` even for a form of the same origin.
+ * Without either (or with only `Origin: null`, from browsers older than `Sec-Fetch-Site`), the
+ * CSRF token alone decides.
+ */
+function crossOrigin(request: FastifyRequest, reply: FastifyReply, publicOrigin: string): FastifyReply | undefined {
+  const site = request.headers["sec-fetch-site"];
+  const origin = request.headers.origin;
+  const foreign =
+    site !== undefined ? site !== "same-origin" : origin !== undefined && origin !== "null" && origin !== publicOrigin;
+  if (!foreign) return undefined;
+  return sendMessage(
+    reply,
+    403,
+    "This form came from another site",
+    "Changes to your account are only accepted from this site's own pages. Open your account here and try again.",
+    html`<p><a class="button" href="/account">Go to your account</a></p>`,
   );
 }

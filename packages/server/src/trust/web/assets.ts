@@ -31,6 +31,12 @@ dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
 dt { font-weight: 600; }
 dd { margin: 0; overflow-wrap: anywhere; }
 form.inline { display: inline; }
+h3 { font-size: 1rem; margin: 1.25rem 0 .5rem; }
+.notice { background: var(--card); border: 1px solid var(--border); border-left: 4px solid var(--ok); border-radius: .4rem; padding: .75rem 1rem; margin: 0 0 1rem; }
+ul.services { list-style: none; padding: 0; margin: 0 0 1rem; }
+ul.services li { border-top: 1px solid var(--border); padding: .75rem 0; display: grid; gap: .25rem; justify-items: start; }
+ul.services li:last-child { border-bottom: 1px solid var(--border); }
+.badge { display: inline-block; font-size: .85em; font-weight: 600; padding: 0 .4rem; border: 1px solid var(--danger); border-radius: .3rem; color: var(--danger); }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 `;
 

@@ -67,6 +67,7 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
   await app.register(accountRoutes, {
     service: options.service,
     sessions: options.sessions,
+    publicUrl: options.publicUrl,
     actions: options.accountActions,
   });
 
