@@ -12,7 +12,10 @@
  *
  * Prints each server's RSS every minute and, at the end, the slope of RSS (MB/min, least squares
  * over samples every 5 s) over the last five minutes, or the last half of a shorter run, then the
- * request counts by status. Target: flat, under 1 MB/min (measure on an idle machine).
+ * request counts by status. Both servers run a full garbage collection every 15 s (`--expose-gc`,
+ * bench/soak-gc.ts), so the slope is of what they retain: without it, V8's allocation sawtooth
+ * (tens of MB between major collections under load) decides a five-minute slope by where the run
+ * happens to stop. Target: flat, under 1 MB/min (measure on an idle machine).
  *
  * --store postgres: PostgreSQL at TEST_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test),
  * a database of its own per server (dropped at the end), and Redis at TEST_REDIS_URL (default
@@ -50,6 +53,9 @@ const REDIS_DB = 13;
 const REDIS_URL = `${(process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379").replace(/\/\d*$/, "")}/${REDIS_DB}`;
 const TRUST_PUBLIC_URL = "https://trust.soak";
 const SAMPLE_SECONDS = 5;
+// Both servers collect garbage fully this often (bench/soak-gc.ts): the slope is then of retained
+// memory, not of V8's allocation sawtooth, which under load swings tens of MB over minutes.
+const GC_SECONDS = 15;
 const here = dirname(fileURLToPath(import.meta.url));
 
 // ---- memory ---------------------------------------------------------------------------------
@@ -96,7 +102,7 @@ async function trustDatabaseUrl(): Promise<string> {
 
 function startTrust(env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; port: number }> {
   const child = fork(join(here, "trust", "lib", "server.ts"), [], {
-    execArgv: ["--conditions=source", "--import", "tsx"],
+    execArgv: ["--expose-gc", "--conditions=source", "--import", "tsx"],
     env,
     stdio: "inherit",
   });
@@ -180,7 +186,9 @@ let trust: ChildProcess | undefined;
 const pools: Pool[] = [];
 const redisPrefix = `soak:${randomBytes(4).toString("hex")}:`;
 try {
-  printLine(`soak: ${MINUTES} min, ${CONNECTIONS} connections, store ${STORE}`);
+  printLine(
+    `soak: ${MINUTES} min, ${CONNECTIONS} connections, store ${STORE}, full GC every ${GC_SECONDS} s in both servers`,
+  );
   const directoryStore = await createStore(STORE, POSTGRES_URL);
   cleanups.push(() => directoryStore.drop());
   const dids: string[] = [];
@@ -196,13 +204,18 @@ try {
   const redisEnv: Record<string, string> = STORE === "postgres" ? { REDIS_URL } : {};
   if (STORE === "postgres") cleanups.push(() => dropRedisKeys(REDIS_URL, [redisPrefix, "proto:dir:"]));
 
-  directory = await startChild("./directory-server.ts", {
-    DIRECTORY_DATABASE_URL: directoryStore.url,
-    DIRECTORY_RATE_LIMITS: "read=100000000/60",
-    DIRECTORY_REVALIDATE_TICK_SECONDS: "0",
-    LOG_LEVEL: "warn",
-    ...redisEnv,
-  });
+  directory = await startChild(
+    "./directory-server.ts",
+    {
+      DIRECTORY_DATABASE_URL: directoryStore.url,
+      DIRECTORY_RATE_LIMITS: "read=100000000/60",
+      DIRECTORY_REVALIDATE_TICK_SECONDS: "0",
+      LOG_LEVEL: "warn",
+      SOAK_GC_SECONDS: String(GC_SECONDS),
+      ...redisEnv,
+    },
+    ["--expose-gc"],
+  );
   const started = await startTrust({
     PATH: process.env.PATH,
     HOME: process.env.HOME,
@@ -215,6 +228,7 @@ try {
       "token=100000000/60,link_start=100000000/60,link_start_agent=100000000/60,link_poll=100000000/60",
     TRUST_PER_BINDING_DAILY_TOKEN_LIMIT: "100000000",
     LOG_LEVEL: "warn",
+    SOAK_GC_SECONDS: String(GC_SECONDS),
     ...(STORE === "postgres" ? { ...redisEnv, BENCH_REDIS_PREFIX: redisPrefix } : {}),
   });
   trust = started.child;

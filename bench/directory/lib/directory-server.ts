@@ -5,8 +5,10 @@
  */
 import { buildDirectoryApp } from "../../../packages/server/src/directory/app.js";
 import { readDirectoryConfig } from "../../../packages/server/src/directory/config.js";
+import { collectGarbagePeriodically } from "../../soak-gc.js";
 
 const directory = await buildDirectoryApp(readDirectoryConfig());
+collectGarbagePeriodically();
 await directory.app.listen({ port: 0, host: "127.0.0.1" });
 const address = directory.app.server.address();
 if (address === null || typeof address === "string") throw new Error("no TCP address");

@@ -15,6 +15,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { buildTrustApp } from "../../../packages/server/src/trust/app.js";
 import { readTrustConfig } from "../../../packages/server/src/trust/config.js";
+import { collectGarbagePeriodically } from "../../soak-gc.js";
 
 const send = (message: unknown) => process.send?.(message);
 
@@ -30,6 +31,7 @@ if (inspector !== undefined) {
   await inspector.post("Profiler.setSamplingInterval", { interval: 250 });
 }
 const trust = await buildTrustApp(readTrustConfig(env), prefix === undefined ? {} : { redisPrefix: prefix });
+collectGarbagePeriodically();
 await trust.app.listen({ port: 0, host: "127.0.0.1" });
 const address = trust.app.server.address();
 if (address === null || typeof address === "string") throw new Error("no address");
