@@ -506,21 +506,15 @@ export class Kit {
   }
 
   #json(handler: Handler): MountedRoute {
-    const refuse = (error: unknown, request: { headers: Headers }) => this.errorResponse(error, request);
-    return {
-      refuse,
-      handler: async (request) => {
-        try {
-          return await handler(request);
-        } catch (error) {
-          return refuse(error, request);
-        }
-      },
-    };
+    return this.#guarded(handler, (error, request) => this.errorResponse(error, request));
   }
 
   #page(handler: Handler, title?: string): MountedRoute {
-    const refuse = (error: unknown, request: { headers: Headers }) => this.#errorPage(error, request, title);
+    return this.#guarded(handler, (error, request) => this.#errorPage(error, request, title));
+  }
+
+  /** A route whose errors, thrown or refused before it runs, answer in its own format. */
+  #guarded(handler: Handler, refuse: MountedRoute["refuse"]): MountedRoute {
     return {
       refuse,
       handler: async (request) => {
