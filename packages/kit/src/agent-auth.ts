@@ -35,7 +35,8 @@ export class AgentAuthenticator {
     const { verifier, attestors, store, options } = this.#deps;
     const signature = await verifier.verify({
       method: request.method,
-      url: request.url.href,
+      url: request.url.origin,
+      target: request.target,
       headers: request.headers,
       body: request.body,
     });

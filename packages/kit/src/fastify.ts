@@ -65,6 +65,7 @@ export function toKitRequest(kit: Kit, request: FastifyRequest): KitRequest {
   return {
     method: request.method.toUpperCase(),
     url: publicUrlFor(kit.origin, request.url),
+    target: request.raw.url ?? request.url,
     headers: toHeaders(request.headers as Record<string, string | string[] | undefined>),
     body: body === undefined || body.length === 0 ? undefined : body,
   };

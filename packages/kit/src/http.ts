@@ -4,8 +4,13 @@ import { kitError } from "./errors.js";
 /** A request as the kit's core sees it, whatever the framework: the public URL and the exact body bytes. */
 export interface KitRequest {
   method: string;
-  /** The URL the client used on the public origin (what an agent signed). */
+  /** The URL the client used on the public origin, parsed (for routing and pages). */
   url: URL;
+  /**
+   * The request-target exactly as received: what an agent signed, byte for byte, after the origin.
+   * Parsing it into `url` may rewrite it (`'` in a query, `%2e%2e` segments), so signatures never use `url`.
+   */
+  target: string;
   headers: Headers;
   body: Uint8Array | undefined;
 }
@@ -107,9 +112,12 @@ export async function readFetchBody(request: Request, maxBytes: number): Promise
 
 export async function fromFetchRequest(request: Request, origin: string, maxBytes: number): Promise<KitRequest> {
   const url = new URL(request.url);
+  // A Fetch runtime hands over the URL already serialised; the raw request line is gone.
+  const target = `${url.pathname}${url.search}`;
   return {
     method: request.method.toUpperCase(),
-    url: publicUrlFor(origin, `${url.pathname}${url.search}`),
+    url: publicUrlFor(origin, target),
+    target,
     headers: request.headers,
     body: await readFetchBody(request, maxBytes),
   };

@@ -9,6 +9,7 @@ import {
   type NonceStore,
   type ProtoError,
   type RawRequest,
+  requestTargetOf,
 } from "@proto/protocol";
 import { introspectionHandler, keyRotationHandler, signupHandler } from "./accounts.js";
 import { AgentAuthenticator, RATE_WINDOW_SECONDS } from "./agent-auth.js";
@@ -364,12 +365,18 @@ export class Kit {
     let kitRequest: KitRequest;
     if (request instanceof Request) {
       kitRequest = await fromFetchRequest(request.clone(), this.origin, this.#options.maxBodyBytes);
-      if (options.url !== undefined) kitRequest.url = new URL(options.url);
+      if (options.url !== undefined) {
+        kitRequest.url = new URL(options.url);
+        kitRequest.target = exactTarget(options.url, kitRequest.url);
+      }
     } else {
       const body = request.body;
+      const exact = options.url ?? request.url;
+      const url = new URL(exact);
       kitRequest = {
         method: request.method.toUpperCase(),
-        url: new URL(options.url ?? request.url),
+        url,
+        target: options.url === undefined && request.target !== undefined ? request.target : exactTarget(exact, url),
         headers: toHeaders(request.headers as Headers | Record<string, string | string[] | undefined>),
         body: body === undefined || body === null ? undefined : typeof body === "string" ? Buffer.from(body) : body,
       };
@@ -612,5 +619,14 @@ export async function createKit(options: KitOptions): Promise<Kit> {
   } catch (error) {
     await store.close();
     throw error;
+  }
+}
+
+/** The request-target of a URL as the caller spelled it; its parsed form only when it cannot be split. */
+function exactTarget(spelled: string, parsed: URL): string {
+  try {
+    return requestTargetOf(spelled);
+  } catch {
+    return `${parsed.pathname}${parsed.search}`;
   }
 }

@@ -74,17 +74,31 @@ export {
   RESERVED_ERRORS,
   rateLimitExceeded,
 } from "./errors.js";
+export type { ComponentIdentifier, MessageComponents } from "./http-signatures/components.js";
+export { buildSignatureBase, ComponentError, normaliseFieldValues } from "./http-signatures/components.js";
 export { contentDigest, contentDigestMatches } from "./http-signatures/content-digest.js";
 export type { HeaderSource, RawRequest } from "./http-signatures/message.js";
-export type { SignatureHeaders, SignedRequest, SignOptions } from "./http-signatures/sign.js";
+export type { MessageSignature, SignatureHeaders, SignedRequest, SignOptions } from "./http-signatures/sign.js";
 export {
   DEFAULT_SIGNATURE_LABEL,
   DEFAULT_SIGNATURE_VALIDITY_SECONDS,
   randomNonce,
+  signatureHeaderPair,
   signFetchRequest,
+  signMessage,
   signRequest,
+  wireMethod,
 } from "./http-signatures/sign.js";
 export type { SignatureParams } from "./http-signatures/signature-base.js";
+export type { TargetUriParts } from "./http-signatures/target-uri.js";
+export {
+  canonicalTargetUri,
+  fetchTargetUri,
+  receivedTargetUri,
+  requestTargetOf,
+  splitTargetUri,
+  TargetUriError,
+} from "./http-signatures/target-uri.js";
 export type {
   FetchVerifyOptions,
   RequestVerifier,

@@ -1,13 +1,14 @@
 import { type KeyObject, randomBytes, sign } from "node:crypto";
-import { serializeDictionary } from "structured-headers";
+import { type BareItem, serializeDictionary } from "structured-headers";
 import { privateKeyFromSeed } from "../ed25519.js";
+import { buildSignatureBase, type ComponentIdentifier, type MessageComponents } from "./components.js";
 import { contentDigest } from "./content-digest.js";
-import { bodyBytes, normaliseTargetUri, type RawRequest } from "./message.js";
+import { bodyBytes, headerReader, type RawRequest, signerTargetUri } from "./message.js";
 import {
-  type CoveredComponent,
+  componentIdentifiers,
+  protoParamEntries,
   type SignatureParams,
   serialiseParams,
-  signatureBase,
   signatureParamsList,
 } from "./signature-base.js";
 
@@ -46,8 +47,56 @@ export interface SignedRequest {
   params: SignatureParams;
 }
 
+/** One signature over a message: its serialised `Signature-Input` member, value and base. */
+export interface MessageSignature {
+  label: string;
+  input: string;
+  signature: Uint8Array;
+  base: string;
+}
+
 export function randomNonce(): string {
   return randomBytes(16).toString("base64url");
+}
+
+// RFC 9110 §9 methods are upper case on the wire; a lower-case `post` would be signed as given and
+// fail everywhere, since clients send the standard methods upper-cased.
+const STANDARD_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"]);
+
+export function wireMethod(method: string): string {
+  const upper = method.toUpperCase();
+  return STANDARD_METHODS.has(upper) ? upper : method;
+}
+
+export function toPrivateKey(key: KeyObject | Uint8Array): KeyObject {
+  return key instanceof Uint8Array ? privateKeyFromSeed(key) : key;
+}
+
+/** Signs any set of components with Ed25519 (RFC 9421 §3.1). */
+export function signMessage(
+  message: MessageComponents,
+  components: readonly ComponentIdentifier[],
+  params: ReadonlyArray<readonly [string, BareItem]>,
+  privateKey: KeyObject | Uint8Array,
+  label: string,
+): MessageSignature {
+  const input = serialiseParams(signatureParamsList(components, params));
+  const base = buildSignatureBase(message, components, input);
+  const signature = sign(null, Buffer.from(base, "utf8"), toPrivateKey(privateKey));
+  return { label, input, signature: new Uint8Array(signature), base };
+}
+
+/** `Signature-Input` and `Signature` carrying one or more signatures, in the order given. */
+export function signatureHeaderPair(signatures: readonly MessageSignature[]): {
+  "signature-input": string;
+  signature: string;
+} {
+  return {
+    "signature-input": signatures.map((s) => `${s.label}=${s.input}`).join(", "),
+    signature: serializeDictionary(
+      Object.fromEntries(signatures.map((s) => [s.label, [Buffer.from(s.signature), new Map()]])),
+    ),
+  };
 }
 
 /** Signs a request under the proto RFC 9421 Ed25519 profile and returns the headers to send. */
@@ -62,24 +111,24 @@ export function signRequest(request: Omit<RawRequest, "headers">, options: SignO
     alg: "ed25519",
   };
   const digest = body === undefined ? undefined : contentDigest(body);
-  const components: CoveredComponent[] =
-    digest === undefined ? ["@method", "@target-uri"] : ["@method", "@target-uri", "content-digest"];
-  const paramsList = signatureParamsList(components, params);
-  const serialised = serialiseParams(paramsList);
-  const base = signatureBase(
-    components,
-    { method: request.method, targetUri: normaliseTargetUri(request.url), contentDigest: digest },
-    serialised,
+  const components = componentIdentifiers(
+    digest === undefined ? ["@method", "@target-uri"] : ["@method", "@target-uri", "content-digest"],
   );
-  const key = options.privateKey instanceof Uint8Array ? privateKeyFromSeed(options.privateKey) : options.privateKey;
-  const signature = sign(null, Buffer.from(base, "utf8"), key);
-  const label = options.label ?? DEFAULT_SIGNATURE_LABEL;
-  const headers: SignatureHeaders = {
-    "signature-input": `${label}=${serialised}`,
-    signature: serializeDictionary({ [label]: [signature, new Map()] }),
+  const message: MessageComponents = {
+    method: wireMethod(request.method),
+    targetUri: signerTargetUri(request),
+    header: headerReader(digest === undefined ? {} : { "content-digest": digest }),
   };
+  const signed = signMessage(
+    message,
+    components,
+    protoParamEntries(params),
+    options.privateKey,
+    options.label ?? DEFAULT_SIGNATURE_LABEL,
+  );
+  const headers: SignatureHeaders = signatureHeaderPair([signed]);
   if (digest !== undefined) headers["content-digest"] = digest;
-  return { headers, signatureBase: base, params };
+  return { headers, signatureBase: signed.base, params };
 }
 
 /** Signs a Fetch API `Request`, returning a new one with the signature headers set. */

@@ -1,4 +1,6 @@
-import { type InnerList, type Item, serializeInnerList } from "structured-headers";
+import type { BareItem, InnerList } from "structured-headers";
+import { serializeInnerList } from "structured-headers";
+import type { ComponentIdentifier } from "./components.js";
 
 /** The signature parameters of the proto Ed25519 profile, in the order a signer emits them. */
 export interface SignatureParams {
@@ -9,41 +11,29 @@ export interface SignatureParams {
   alg: "ed25519";
 }
 
+/** The components the proto profile covers: exactly these, plus `content-digest` with a body. */
 export type CoveredComponent = "@method" | "@target-uri" | "content-digest";
 
-export function signatureParamsList(components: readonly CoveredComponent[], params: SignatureParams): InnerList {
-  const items: Item[] = components.map((c) => [c, new Map()]);
-  return [
-    items,
-    new Map<string, string | number>([
-      ["created", params.created],
-      ["expires", params.expires],
-      ["nonce", params.nonce],
-      ["keyid", params.keyid],
-      ["alg", params.alg],
-    ]),
-  ];
+export function componentIdentifiers(names: readonly string[]): ComponentIdentifier[] {
+  return names.map((name) => [name, new Map()]);
 }
 
-/**
- * The RFC 9421 §2.5 signature base: one line per covered component, then `@signature-params`
- * carrying the serialised inner list exactly as it appears in `Signature-Input`.
- */
-export function signatureBase(
-  components: readonly CoveredComponent[],
-  values: { method: string; targetUri: string; contentDigest: string | undefined },
-  serialisedParams: string,
-): string {
-  let base = "";
-  for (const component of components) {
-    let value: string | undefined;
-    if (component === "@method") value = values.method;
-    else if (component === "@target-uri") value = values.targetUri;
-    else value = values.contentDigest;
-    if (value === undefined) throw new Error(`no value for covered component ${component}`);
-    base += `"${component}": ${value}\n`;
-  }
-  return `${base}"@signature-params": ${serialisedParams}`;
+/** The `Signature-Input` inner list: covered components, then parameters in the order given. */
+export function signatureParamsList(
+  components: readonly ComponentIdentifier[],
+  params: ReadonlyArray<readonly [string, BareItem]>,
+): InnerList {
+  return [[...components], new Map(params.map(([name, value]) => [name, value]))];
+}
+
+export function protoParamEntries(params: SignatureParams): Array<[string, BareItem]> {
+  return [
+    ["created", params.created],
+    ["expires", params.expires],
+    ["nonce", params.nonce],
+    ["keyid", params.keyid],
+    ["alg", params.alg],
+  ];
 }
 
 export function serialiseParams(list: InnerList): string {

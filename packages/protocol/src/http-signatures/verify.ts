@@ -1,26 +1,25 @@
-import { verify as ed25519Verify } from "node:crypto";
-import { type InnerList, type Item, isInnerList, parseDictionary, serializeInnerList } from "structured-headers";
 import { DidKeyError, didKeyToPublicKey } from "../did-key.js";
-import { ED25519_SIGNATURE_LENGTH } from "../ed25519.js";
 import { ProtoError, protoError } from "../errors.js";
 import type { NonceStore } from "../nonce-store.js";
+import type { ComponentIdentifier } from "./components.js";
 import { contentDigestMatches } from "./content-digest.js";
+import { bodyBytes, fromRaw, headerReader, type RawRequest, type SignedMessage } from "./message.js";
 import {
-  bodyBytes,
-  fromRaw,
-  headerReader,
-  normaliseTargetUri,
-  type RawRequest,
-  type SignedMessage,
-} from "./message.js";
-import { type CoveredComponent, signatureBase } from "./signature-base.js";
+  type CandidateSignature,
+  checkEd25519,
+  checkTimeWindow,
+  DEFAULT_SKEW_SECONDS,
+  invalid,
+  MAX_SIGNATURE_HEADER_LENGTH,
+  MAX_SIGNATURE_VALIDITY_SECONDS,
+  readSignatures,
+} from "./signature-input.js";
+import { canonicalTargetUri, fetchTargetUri, TargetUriError } from "./target-uri.js";
 
-export const DEFAULT_SKEW_SECONDS = 60;
-export const MAX_SIGNATURE_VALIDITY_SECONDS = 300;
+export { DEFAULT_SKEW_SECONDS, MAX_SIGNATURE_VALIDITY_SECONDS };
+
 /** The body cap of proto services' JSON endpoints. */
 const DEFAULT_MAX_BODY_BYTES = 64 * 1024;
-/** Bounds on what is parsed at all: a signature header of the profile is a few hundred bytes. */
-const MAX_HEADER_LENGTH = 8192;
 const MAX_NONCE_LENGTH = 256;
 const PARAM_NAMES = new Set(["created", "expires", "nonce", "keyid", "alg", "tag"]);
 
@@ -33,7 +32,10 @@ export interface RequestVerifierOptions {
   now?: () => number;
   /** Revocation list lookup, consulted before any signature work. */
   isRevoked?: (keyid: string) => boolean | Promise<boolean>;
-  /** Which signature to verify when a request carries several (default: the first). */
+  /**
+   * Which signature to verify when a request carries several. Default: the first whose `keyid` is a
+   * `did:key` (so a Web Bot Auth signature beside it is ignored), else the first.
+   */
   label?: string;
   /** Largest body a Fetch `Request` may carry (default 64 KiB); larger is 413 `payload_too_large`. */
   maxBodyBytes?: number;
@@ -60,39 +62,20 @@ export interface RequestVerifier {
   verify(request: RawRequest | Request, options?: FetchVerifyOptions): Promise<VerifiedRequest>;
 }
 
-interface ParsedSignature {
-  label: string;
-  components: CoveredComponent[];
-  serialisedParams: string;
+interface ProtoSignature {
+  candidate: CandidateSignature;
   created: number;
   expires: number;
   nonce: string;
   keyid: string;
-  signature: Uint8Array;
 }
 
-function invalid(message: string): ProtoError {
-  return protoError("invalid_signature", { message });
-}
-
-function parseHeaderDictionary(name: string, value: string | undefined): Map<string, Item | InnerList> {
-  if (value === undefined) throw invalid(`missing ${name} header`);
-  if (value.length > MAX_HEADER_LENGTH) throw invalid(`${name} header is too long`);
-  try {
-    return parseDictionary(value);
-  } catch {
-    throw invalid(`${name} is not a valid structured field`);
-  }
-}
-
-function readComponents(items: Item[], hasBody: boolean): CoveredComponent[] {
-  const expected: CoveredComponent[] = hasBody
-    ? ["@method", "@target-uri", "content-digest"]
-    : ["@method", "@target-uri"];
+function checkComponents(items: readonly ComponentIdentifier[], hasBody: boolean): void {
+  const expected = hasBody ? ["@method", "@target-uri", "content-digest"] : ["@method", "@target-uri"];
   const seen = new Set<string>();
   for (const [name, params] of items) {
     if (typeof name !== "string" || params.size > 0) throw invalid("covered components must be plain names");
-    if (!(expected as string[]).includes(name) || seen.has(name)) {
+    if (!expected.includes(name) || seen.has(name)) {
       throw invalid(`covered component ${String(name)} is not allowed here`);
     }
     seen.add(name);
@@ -100,21 +83,26 @@ function readComponents(items: Item[], hasBody: boolean): CoveredComponent[] {
   if (seen.size !== expected.length) {
     throw invalid(`covered components must be exactly ${expected.join(", ")}`);
   }
-  return items.map(([name]) => name as CoveredComponent);
 }
 
-function parseSignature(message: SignedMessage, preferredLabel: string | undefined): ParsedSignature {
-  const inputs = parseHeaderDictionary("Signature-Input", message.header("signature-input"));
-  const signatures = parseHeaderDictionary("Signature", message.header("signature"));
-  const label = preferredLabel ?? inputs.keys().next().value;
-  if (label === undefined) throw invalid("Signature-Input is empty");
-  const input = inputs.get(label);
-  const signatureItem = signatures.get(label);
-  if (input === undefined || !isInnerList(input)) throw invalid(`no signature input labelled ${label}`);
-  if (signatureItem === undefined || isInnerList(signatureItem) || !(signatureItem[0] instanceof ArrayBuffer)) {
-    throw invalid(`no signature labelled ${label}`);
+function chooseCandidate(candidates: CandidateSignature[], label: string | undefined): CandidateSignature {
+  if (label !== undefined) {
+    const chosen = candidates.find((c) => c.label === label);
+    if (chosen === undefined) throw invalid(`no signature labelled ${label}`);
+    return chosen;
   }
-  const [items, params] = input;
+  const chosen =
+    candidates.find((c) => {
+      const keyid = c.params.get("keyid");
+      return typeof keyid === "string" && keyid.startsWith("did:key:");
+    }) ?? candidates[0];
+  if (chosen === undefined) throw invalid("no labelled signature with a matching Signature-Input");
+  return chosen;
+}
+
+function parseSignature(message: SignedMessage, preferredLabel: string | undefined): ProtoSignature {
+  const candidate = chooseCandidate(readSignatures(message.header), preferredLabel);
+  const params = candidate.params;
   for (const name of params.keys()) {
     if (!PARAM_NAMES.has(name)) throw invalid(`signature parameter ${name} is not allowed`);
   }
@@ -129,16 +117,8 @@ function parseSignature(message: SignedMessage, preferredLabel: string | undefin
   }
   if (typeof keyid !== "string") throw invalid("keyid must be a string");
   if (alg !== "ed25519") throw invalid('alg must be "ed25519"');
-  return {
-    label,
-    components: readComponents(items, message.body !== undefined),
-    serialisedParams: serializeInnerList(input),
-    created: created as number,
-    expires: expires as number,
-    nonce,
-    keyid,
-    signature: new Uint8Array(signatureItem[0]),
-  };
+  checkComponents(candidate.components, message.body !== undefined);
+  return { candidate, created: created as number, expires: expires as number, nonce, keyid };
 }
 
 function tooLarge(maxBodyBytes: number): ProtoError {
@@ -176,7 +156,8 @@ async function fromFetchRequest(
   const bytes = await readCapped(request, maxBodyBytes);
   return {
     method: request.method,
-    targetUri: normaliseTargetUri(url ?? request.url),
+    // The runtime already serialised `request.url`; an override is what the server received, as given.
+    targetUri: url === undefined ? fetchTargetUri(request.url) : canonicalTargetUri(url),
     header: headerReader(request.headers),
     body: bodyBytes(bytes),
   };
@@ -205,32 +186,15 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
       throw protoError("revoked_key");
     }
     const nowSeconds = Math.floor(now() / 1000);
-    // A signature valid for no time at all (expires = created) is as malformed as one that ends before it starts.
-    if (parsed.expires <= parsed.created || parsed.expires - parsed.created > MAX_SIGNATURE_VALIDITY_SECONDS) {
-      throw invalid(`expires must follow created, by at most ${MAX_SIGNATURE_VALIDITY_SECONDS} seconds`);
-    }
-    if (parsed.created > nowSeconds + skew) throw invalid("signature is dated in the future");
-    if (nowSeconds > parsed.expires + skew) throw protoError("expired_signature");
-
-    let digestHeader: string | undefined;
+    checkTimeWindow(parsed, nowSeconds, skew, MAX_SIGNATURE_VALIDITY_SECONDS);
     if (message.body !== undefined) {
-      digestHeader = message.header("content-digest")?.trim();
-      if (digestHeader === undefined || digestHeader.length > MAX_HEADER_LENGTH) {
+      const digestHeader = message.header("content-digest");
+      if (digestHeader === undefined || digestHeader.length > MAX_SIGNATURE_HEADER_LENGTH) {
         throw invalid("missing Content-Digest header");
       }
       if (!contentDigestMatches(digestHeader, message.body)) throw invalid("Content-Digest does not match the body");
     }
-    const base = signatureBase(
-      parsed.components,
-      { method: message.method, targetUri: message.targetUri, contentDigest: digestHeader },
-      parsed.serialisedParams,
-    );
-    if (
-      parsed.signature.length !== ED25519_SIGNATURE_LENGTH ||
-      !ed25519Verify(null, Buffer.from(base, "utf8"), publicKey, parsed.signature)
-    ) {
-      throw invalid("signature does not verify");
-    }
+    checkEd25519(message, parsed.candidate, publicKey);
     const ttl = parsed.expires + skew - nowSeconds;
     if (!(await options.nonceStore.seen(parsed.keyid, parsed.nonce, ttl, parsed.created))) {
       throw protoError("replayed_nonce");
@@ -240,7 +204,7 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
       created: parsed.created,
       expires: parsed.expires,
       nonce: parsed.nonce,
-      label: parsed.label,
+      label: parsed.candidate.label,
       body: message.body,
     };
   }
@@ -248,14 +212,16 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
   return {
     async verify(request, fetchOptions = {}) {
       let message: SignedMessage;
-      if (request instanceof Request) {
-        message = await fromFetchRequest(request, fetchOptions.url, maxBodyBytes);
-      } else {
-        try {
-          message = fromRaw(fetchOptions.url === undefined ? request : { ...request, url: fetchOptions.url });
-        } catch {
-          throw invalid("request URL is not absolute");
+      try {
+        message =
+          request instanceof Request
+            ? await fromFetchRequest(request, fetchOptions.url, maxBodyBytes)
+            : fromRaw(fetchOptions.url === undefined ? request : { ...request, url: fetchOptions.url });
+      } catch (error) {
+        if (error instanceof TargetUriError || error instanceof TypeError) {
+          throw invalid(`the request's target URI is unusable (${error.message})`);
         }
+        throw error;
       }
       return verifyMessage(message);
     },

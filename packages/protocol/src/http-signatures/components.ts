@@ -1,0 +1,126 @@
+/**
+ * RFC 9421 §2: the value of each covered component of a request, and the signature base built
+ * from them (§2.5). Derived components come from the target URI as received (target-uri.ts);
+ * fields are normalised as §2.1 says.
+ */
+import {
+  type BareItem,
+  type InnerList,
+  type Item,
+  isInnerList,
+  parseDictionary,
+  serializeInnerList,
+  serializeItem,
+} from "structured-headers";
+import { splitTargetUri, type TargetUriParts } from "./target-uri.js";
+
+/** A request as signatures see it. */
+export interface MessageComponents {
+  method: string;
+  /** The canonical target URI (see `canonicalTargetUri`), path and query exactly as received. */
+  targetUri: string;
+  /** A field's values, combined and normalised as §2.1 says; undefined when absent. */
+  header(name: string): string | undefined;
+}
+
+/** A covered component: its name and parameters, as `Signature-Input` lists it. */
+export type ComponentIdentifier = Item;
+
+export class ComponentError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ComponentError";
+  }
+}
+
+const DERIVED = new Set(["@method", "@target-uri", "@authority", "@scheme", "@request-target", "@path", "@query"]);
+const FIELD_NAME = /^[a-z0-9!#$%&'*+.^_`|~-]+$/;
+
+/** §2.1: each value trimmed, obsolete line folding replaced by one space, lines joined with `, `. */
+export function normaliseFieldValues(values: readonly string[]): string {
+  return values.map((value) => value.replace(/\r?\n[ \t]+/g, " ").trim()).join(", ");
+}
+
+function derivedValue(name: string, message: MessageComponents, parts: () => TargetUriParts): string {
+  switch (name) {
+    case "@method":
+      return message.method;
+    case "@target-uri":
+      return message.targetUri;
+    case "@authority":
+      return parts().authority;
+    case "@scheme":
+      return parts().scheme;
+    case "@request-target": {
+      const { path, query, hasQuery } = parts();
+      return hasQuery ? `${path}${query}` : path;
+    }
+    case "@path":
+      return parts().path;
+    default:
+      return parts().query;
+  }
+}
+
+function dictionaryMember(name: string, value: string, key: BareItem): string {
+  if (typeof key !== "string") throw new ComponentError(`the key parameter of ${name} must be a string`);
+  let member: Item | InnerList | undefined;
+  try {
+    member = parseDictionary(value).get(key);
+  } catch {
+    throw new ComponentError(`${name} is not a structured dictionary`);
+  }
+  if (member === undefined) throw new ComponentError(`${name} has no member ${key}`);
+  return isInnerList(member) ? serializeInnerList(member) : serializeItem(member);
+}
+
+/** The value of one covered component; throws `ComponentError` when the request cannot supply it. */
+export function componentValue(
+  message: MessageComponents,
+  identifier: ComponentIdentifier,
+  parts: () => TargetUriParts = () => splitTargetUri(message.targetUri),
+): string {
+  const [name, params] = identifier;
+  if (typeof name !== "string") throw new ComponentError("a component name must be a string");
+  if (name.startsWith("@")) {
+    if (!DERIVED.has(name)) throw new ComponentError(`derived component ${name} is not supported`);
+    if (params.size > 0) throw new ComponentError(`derived component ${name} takes no parameters`);
+    return derivedValue(name, message, parts);
+  }
+  if (!FIELD_NAME.test(name)) throw new ComponentError(`component ${name} is not a lower-case field name`);
+  for (const param of params.keys()) {
+    if (param !== "key") throw new ComponentError(`component parameter ${param} is not supported`);
+  }
+  const value = message.header(name);
+  if (value === undefined) throw new ComponentError(`covered field ${name} is absent`);
+  const key = params.get("key");
+  return key === undefined ? value : dictionaryMember(name, value, key);
+}
+
+/**
+ * The §2.5 signature base: one line per covered component, then `@signature-params` carrying the
+ * inner list exactly as serialised in `Signature-Input`.
+ */
+export function buildSignatureBase(
+  message: MessageComponents,
+  components: readonly ComponentIdentifier[],
+  serialisedParams: string,
+): string {
+  let parts: TargetUriParts | undefined;
+  const lazyParts = () => {
+    parts ??= splitTargetUri(message.targetUri);
+    return parts;
+  };
+  const seen = new Set<string>();
+  let base = "";
+  for (const identifier of components) {
+    const serialised = serializeItem(identifier);
+    if (seen.has(serialised)) throw new ComponentError(`component ${serialised} is covered twice`);
+    seen.add(serialised);
+    const value = componentValue(message, identifier, lazyParts);
+    // A line break would forge further lines of the base.
+    if (/[\r\n]/.test(value)) throw new ComponentError(`component ${serialised} holds a line break`);
+    base += `${serialised}: ${value}\n`;
+  }
+  return `${base}"@signature-params": ${serialisedParams}`;
+}

@@ -1,0 +1,98 @@
+/**
+ * Reading `Signature-Input` and `Signature` (RFC 9421 §4) into candidate signatures, bounded
+ * before any parsing, and the checks every profile shares: the time window and the signature.
+ */
+import { verify as ed25519Verify, type KeyObject } from "node:crypto";
+import { type BareItem, type Item, isInnerList, parseDictionary, serializeInnerList } from "structured-headers";
+import { ED25519_SIGNATURE_LENGTH } from "../ed25519.js";
+import { type ProtoError, protoError } from "../errors.js";
+import { buildSignatureBase, ComponentError, type MessageComponents } from "./components.js";
+import { TargetUriError } from "./target-uri.js";
+
+/** Bounds on what is parsed at all: a signature header of the profile is a few hundred bytes. */
+export const MAX_SIGNATURE_HEADER_LENGTH = 8192;
+export const MAX_SIGNATURE_VALIDITY_SECONDS = 300;
+export const DEFAULT_SKEW_SECONDS = 60;
+
+export interface CandidateSignature {
+  label: string;
+  components: Item[];
+  params: Map<string, BareItem>;
+  /** The inner list exactly as it must appear on the `@signature-params` line. */
+  serialisedParams: string;
+  signature: Uint8Array;
+}
+
+export function invalid(message: string): ProtoError {
+  return protoError("invalid_signature", { message });
+}
+
+function parseHeader(name: string, value: string | undefined) {
+  if (value === undefined) throw invalid(`missing ${name} header`);
+  if (value.length > MAX_SIGNATURE_HEADER_LENGTH) throw invalid(`${name} header is too long`);
+  try {
+    return parseDictionary(value);
+  } catch {
+    throw invalid(`${name} is not a valid structured field`);
+  }
+}
+
+/** Every labelled signature input, in header order, with its signature when one is present. */
+export function readSignatures(header: (name: string) => string | undefined): CandidateSignature[] {
+  const inputs = parseHeader("Signature-Input", header("signature-input"));
+  const signatures = parseHeader("Signature", header("signature"));
+  if (inputs.size === 0) throw invalid("Signature-Input is empty");
+  const candidates: CandidateSignature[] = [];
+  for (const [label, input] of inputs) {
+    const signatureItem = signatures.get(label);
+    if (!isInnerList(input)) continue;
+    if (signatureItem === undefined || isInnerList(signatureItem) || !(signatureItem[0] instanceof ArrayBuffer)) {
+      continue;
+    }
+    candidates.push({
+      label,
+      components: input[0],
+      params: input[1],
+      serialisedParams: serializeInnerList(input),
+      signature: new Uint8Array(signatureItem[0]),
+    });
+  }
+  return candidates;
+}
+
+export interface TimeWindow {
+  created: number;
+  expires: number | undefined;
+}
+
+/**
+ * `created` must not lie in the future and `expires` must not have passed (each with `skew`), and a
+ * signature may not claim more than `maxValidity` seconds: one that never expires is refused.
+ */
+export function checkTimeWindow(window: TimeWindow, nowSeconds: number, skew: number, maxValidity: number): void {
+  const { created, expires } = window;
+  if (expires === undefined) throw invalid("expires is required");
+  // A signature valid for no time at all (expires = created) is as malformed as one that ends before it starts.
+  if (expires <= created || expires - created > maxValidity) {
+    throw invalid(`expires must follow created, by at most ${maxValidity} seconds`);
+  }
+  if (created > nowSeconds + skew) throw invalid("signature is dated in the future");
+  if (nowSeconds > expires + skew) throw protoError("expired_signature");
+}
+
+/** Builds the base from the request and checks the Ed25519 signature over it. */
+export function checkEd25519(message: MessageComponents, candidate: CandidateSignature, publicKey: KeyObject): void {
+  let base: string;
+  try {
+    base = buildSignatureBase(message, candidate.components, candidate.serialisedParams);
+  } catch (error) {
+    if (error instanceof ComponentError || error instanceof TargetUriError) throw invalid(error.message);
+    throw error;
+  }
+  if (
+    candidate.signature.length !== ED25519_SIGNATURE_LENGTH ||
+    !ed25519Verify(null, Buffer.from(base, "utf8"), publicKey, candidate.signature)
+  ) {
+    throw invalid("signature does not verify");
+  }
+}
