@@ -21,6 +21,8 @@ export interface MessageComponents {
   targetUri: string;
   /** A field's values, combined and normalised as §2.1 says; undefined when absent. */
   header(name: string): string | undefined;
+  /** For a response: the request it answers, which components flagged `req` come from (§2.4). */
+  request?: MessageComponents;
 }
 
 /** A covered component: its name and parameters, as `Signature-Input` lists it. */
@@ -80,8 +82,15 @@ export function componentValue(
   identifier: ComponentIdentifier,
   parts: () => TargetUriParts = () => splitTargetUri(message.targetUri),
 ): string {
-  const [name, params] = identifier;
+  const [name, rawParams] = identifier;
   if (typeof name !== "string") throw new ComponentError("a component name must be a string");
+  if (rawParams.get("req") === true) {
+    if (message.request === undefined) throw new ComponentError(`${name};req needs the request a response answers`);
+    const params = new Map(rawParams);
+    params.delete("req");
+    return componentValue(message.request, [name, params]);
+  }
+  const params = rawParams;
   if (name.startsWith("@")) {
     if (!DERIVED.has(name)) throw new ComponentError(`derived component ${name} is not supported`);
     if (params.size > 0) throw new ComponentError(`derived component ${name} takes no parameters`);
