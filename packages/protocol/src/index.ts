@@ -126,3 +126,18 @@ export {
 export { hasUnsafeUrlCharacter, sameOriginPath } from "./redirect.js";
 export type { TransportError } from "./transport-errors.js";
 export { parserError, refuseMissingHost, routerError, socketErrorResponder } from "./transport-errors.js";
+export type { WebBotAuthHeaders, WebBotAuthSignOptions } from "./web-bot-auth/sign.js";
+export { ed25519Thumbprint, signProtoAndWebBotAuth, signWebBotAuth } from "./web-bot-auth/sign.js";
+export type {
+  SignatureAgentKeys,
+  VerifiedSignedAgent,
+  WebBotAuthVerifier,
+  WebBotAuthVerifierOptions,
+} from "./web-bot-auth/verify.js";
+export {
+  createWebBotAuthVerifier,
+  DEFAULT_WEB_BOT_AUTH_MAX_VALIDITY_SECONDS,
+  hasWebBotAuthSignature,
+  SIGNATURE_AGENT_HEADER,
+  WEB_BOT_AUTH_TAG,
+} from "./web-bot-auth/verify.js";

@@ -1,0 +1,246 @@
+/**
+ * Receiving Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-01): a request signed by a key that
+ * a `Signature-Agent` names, identified by its JWK thumbprint. The outcome is a signed-agent
+ * identity (signer's directory and key); whether that signature also binds the request as tightly as
+ * the proto profile does (method, target, body, nonce, 300 s) decides if it may act for an account.
+ */
+import type { KeyObject } from "node:crypto";
+import { type BareItem, isInnerList, parseDictionary, parseItem } from "structured-headers";
+import { encodeDidKey } from "../did-key.js";
+import { rawPublicKey } from "../ed25519.js";
+import { ProtoError, protoError } from "../errors.js";
+import type { ComponentIdentifier } from "../http-signatures/components.js";
+import { contentDigestMatches } from "../http-signatures/content-digest.js";
+import { fromRaw, type RawRequest, type SignedMessage } from "../http-signatures/message.js";
+import {
+  type CandidateSignature,
+  checkEd25519,
+  checkTimeWindow,
+  DEFAULT_SKEW_SECONDS,
+  invalid,
+  MAX_SIGNATURE_HEADER_LENGTH,
+  MAX_SIGNATURE_VALIDITY_SECONDS,
+  readSignatures,
+} from "../http-signatures/signature-input.js";
+import { TargetUriError } from "../http-signatures/target-uri.js";
+import type { NonceStore } from "../nonce-store.js";
+
+export const WEB_BOT_AUTH_TAG = "web-bot-auth";
+export const SIGNATURE_AGENT_HEADER = "signature-agent";
+/** The draft recommends at most a day; longer is refused. */
+export const DEFAULT_WEB_BOT_AUTH_MAX_VALIDITY_SECONDS = 24 * 3600;
+const MAX_NONCE_LENGTH = 256;
+const MAX_KEYID_LENGTH = 128;
+
+/** Finds the public key a thumbprint names in the key directory a `Signature-Agent` URL points to. */
+export interface SignatureAgentKeys {
+  lookup(signatureAgentUrl: string, thumbprint: string): Promise<KeyObject | undefined>;
+}
+
+export interface WebBotAuthVerifierOptions {
+  keys: SignatureAgentKeys;
+  /** Nonces, when a signature carries one, are remembered per key like the proto profile's. */
+  nonceStore: NonceStore;
+  now?: () => number;
+  skewSeconds?: number;
+  /** Longest `expires - created` accepted (default 24 h, the draft's recommendation). */
+  maxValiditySeconds?: number;
+  /** Revocation by the did:key of the signing key, as for proto signatures. */
+  isRevoked?: (did: string) => boolean | Promise<boolean>;
+}
+
+export interface VerifiedSignedAgent {
+  label: string;
+  /** The RFC 7638 thumbprint the signature named. */
+  keyid: string;
+  /** The `Signature-Agent` URL the key was found through. */
+  signatureAgent: string;
+  /** Its origin: who vouches for the agent (an operator or an attestor). */
+  signerOrigin: string;
+  /** The did:key of the same Ed25519 key: the proto account it may act for, with an attestation. */
+  did: string;
+  created: number;
+  expires: number;
+  nonce: string | undefined;
+  components: string[];
+  /**
+   * Whether the signature binds the request as the proto profile does: covers `@method`,
+   * `@target-uri` and (with a body) `content-digest`, carries a nonce, and lasts at most 300 s.
+   * Only such a signature may act for an account.
+   */
+  bindsRequest: boolean;
+  /** The body bytes received (bound by the signature only when `content-digest` was covered). */
+  body: Uint8Array | undefined;
+}
+
+/** Whether a request carries a Web Bot Auth signature (its `tag`), without verifying anything. */
+export function hasWebBotAuthSignature(header: (name: string) => string | undefined): boolean {
+  const input = header("signature-input");
+  if (input === undefined || input.length > MAX_SIGNATURE_HEADER_LENGTH) return false;
+  try {
+    for (const member of parseDictionary(input).values()) {
+      if (isInnerList(member) && member[1].get("tag") === WEB_BOT_AUTH_TAG) return true;
+    }
+  } catch {
+    return false;
+  }
+  return false;
+}
+
+function componentName(identifier: ComponentIdentifier): string {
+  return typeof identifier[0] === "string" ? identifier[0] : "";
+}
+
+function httpsUrl(value: BareItem | undefined, where: string): string {
+  if (typeof value !== "string") throw invalid(`${where} must be a string URL`);
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw invalid(`${where} is not a URL`);
+  }
+  if (url.protocol !== "https:" || url.username !== "" || url.password !== "") {
+    throw invalid(`${where} must be an https URL without credentials`);
+  }
+  return value;
+}
+
+/**
+ * The `Signature-Agent` URL this signature covers: the dictionary member its `key` parameter names
+ * (or, covering the whole field, the member keyed by its own label, or the only one), or the legacy
+ * bare string.
+ */
+function coveredSignatureAgent(header: string | undefined, candidate: CandidateSignature): string {
+  if (header === undefined) throw invalid("a Web Bot Auth signature needs a Signature-Agent header");
+  if (header.length > MAX_SIGNATURE_HEADER_LENGTH) throw invalid("Signature-Agent header is too long");
+  const covering = candidate.components.filter((c) => componentName(c) === SIGNATURE_AGENT_HEADER);
+  if (covering.length === 0) throw invalid("a Web Bot Auth signature must cover signature-agent");
+  const keyed = covering.map((c) => c[1].get("key")).find((key) => key !== undefined);
+  if (header.trimStart().startsWith('"')) {
+    if (keyed !== undefined) throw invalid("Signature-Agent is a string, but the signature covers a dictionary member");
+    try {
+      return httpsUrl(parseItem(header)[0], "Signature-Agent");
+    } catch (error) {
+      if (error instanceof ProtoError) throw error;
+      throw invalid("Signature-Agent is not a valid structured field");
+    }
+  }
+  let members: ReturnType<typeof parseDictionary>;
+  try {
+    members = parseDictionary(header);
+  } catch {
+    throw invalid("Signature-Agent is not a valid structured field");
+  }
+  let memberKey: string | undefined;
+  if (typeof keyed === "string") memberKey = keyed;
+  else if (members.has(candidate.label)) memberKey = candidate.label;
+  else if (members.size === 1) memberKey = members.keys().next().value;
+  const member = memberKey === undefined ? undefined : members.get(memberKey);
+  if (member === undefined || isInnerList(member)) throw invalid("Signature-Agent has no member for this signature");
+  // -01: a member with parameters must be ignored, so it cannot name this signature's agent.
+  if (member[1].size > 0) throw invalid("Signature-Agent members must not carry parameters");
+  return httpsUrl(member[0], "the Signature-Agent member");
+}
+
+function chooseWebBotAuth(candidates: CandidateSignature[]): CandidateSignature {
+  const tagged = candidates.find((c) => c.params.get("tag") === WEB_BOT_AUTH_TAG);
+  if (tagged === undefined) throw invalid(`no signature is tagged "${WEB_BOT_AUTH_TAG}"`);
+  return tagged;
+}
+
+export interface WebBotAuthVerifier {
+  verify(request: RawRequest): Promise<VerifiedSignedAgent>;
+}
+
+/**
+ * The checks, in order: profile (tag, parameters, components), the covered `Signature-Agent`, the
+ * time window, key lookup, revocation, content digest, signature, then the nonce, so that a nonce
+ * is remembered only for a request that proved its signer.
+ */
+export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): WebBotAuthVerifier {
+  const now = options.now ?? Date.now;
+  const skew = options.skewSeconds ?? DEFAULT_SKEW_SECONDS;
+  const maxValidity = options.maxValiditySeconds ?? DEFAULT_WEB_BOT_AUTH_MAX_VALIDITY_SECONDS;
+
+  async function verifyMessage(message: SignedMessage): Promise<VerifiedSignedAgent> {
+    const candidate = chooseWebBotAuth(readSignatures(message.header));
+    const { params } = candidate;
+    const created = params.get("created");
+    const expires = params.get("expires");
+    const keyid = params.get("keyid");
+    const alg = params.get("alg");
+    const nonce = params.get("nonce");
+    if (!Number.isInteger(created)) throw invalid("created must be an integer");
+    if (expires !== undefined && !Number.isInteger(expires)) throw invalid("expires must be an integer");
+    if (typeof keyid !== "string" || keyid.length === 0 || keyid.length > MAX_KEYID_LENGTH) {
+      throw invalid("keyid must be a JWK thumbprint");
+    }
+    if (alg !== undefined && alg !== "ed25519") throw invalid('alg must be "ed25519"');
+    if (nonce !== undefined && (typeof nonce !== "string" || nonce.length === 0 || nonce.length > MAX_NONCE_LENGTH)) {
+      throw invalid("nonce must be a non-empty string");
+    }
+    const names = candidate.components.map(componentName);
+    if (!names.includes("@authority") && !names.includes("@target-uri")) {
+      throw invalid("a Web Bot Auth signature must cover @authority or @target-uri");
+    }
+    const signatureAgent = coveredSignatureAgent(message.header(SIGNATURE_AGENT_HEADER), candidate);
+    const window = { created: created as number, expires: expires as number | undefined };
+    const nowSeconds = Math.floor(now() / 1000);
+    checkTimeWindow(window, nowSeconds, skew, maxValidity);
+
+    const publicKey = await options.keys.lookup(signatureAgent, keyid);
+    if (publicKey === undefined) throw invalid("the Signature-Agent's key directory has no key with this keyid");
+    const did = encodeDidKey(rawPublicKey(publicKey));
+    if (options.isRevoked !== undefined && (await options.isRevoked(did))) throw protoError("revoked_key");
+
+    const coversDigest = names.includes("content-digest");
+    if (coversDigest) {
+      const digest = message.header("content-digest");
+      if (digest === undefined || digest.length > MAX_SIGNATURE_HEADER_LENGTH) throw invalid("missing Content-Digest");
+      if (!contentDigestMatches(digest, message.body ?? new Uint8Array())) {
+        throw invalid("Content-Digest does not match the body");
+      }
+    }
+    checkEd25519(message, candidate, publicKey);
+    if (typeof nonce === "string") {
+      const ttl = (window.expires as number) + skew - nowSeconds;
+      if (!(await options.nonceStore.seen(`wba:${signatureAgent} ${keyid}`, nonce, ttl, window.created))) {
+        throw protoError("replayed_nonce");
+      }
+    }
+    const bindsRequest =
+      names.includes("@method") &&
+      names.includes("@target-uri") &&
+      (message.body === undefined || coversDigest) &&
+      typeof nonce === "string" &&
+      (window.expires as number) - window.created <= MAX_SIGNATURE_VALIDITY_SECONDS;
+    return {
+      label: candidate.label,
+      keyid,
+      signatureAgent,
+      signerOrigin: new URL(signatureAgent).origin,
+      did,
+      created: window.created,
+      expires: window.expires as number,
+      nonce: typeof nonce === "string" ? nonce : undefined,
+      components: names,
+      bindsRequest,
+      body: message.body,
+    };
+  }
+
+  return {
+    async verify(request) {
+      let message: SignedMessage;
+      try {
+        message = fromRaw(request);
+      } catch (error) {
+        if (error instanceof TargetUriError || error instanceof TypeError) {
+          throw invalid(`the request's target URI is unusable (${error.message})`);
+        }
+        throw error;
+      }
+      return verifyMessage(message);
+    },
+  };
+}
