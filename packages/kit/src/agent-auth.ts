@@ -2,19 +2,31 @@
  * Request authentication (upstream §5), implicit signup (§6.3), the attested_only gate (§9.2) and
  * attested sessions (§10.7): from a signed request to the account it acts for.
  */
-import { ATTESTATION_HEADER, protoError, type RequestVerifier, rateLimitExceeded } from "@proto/protocol";
+import {
+  ATTESTATION_HEADER,
+  protoError,
+  type RequestVerifier,
+  rateLimitExceeded,
+  signatureProfiles,
+  type VerifiedRequest,
+  type VerifiedSignedAgent,
+  type WebBotAuthVerifier,
+} from "@proto/protocol";
 import type { AttestorRegistry, KitAttestation } from "./attestors.js";
 import type { AgentContext, ResolvedOptions } from "./core.js";
 import type { KitRequest } from "./http.js";
 import type { RateLimiter } from "./rate-limit.js";
 import { parseJsonObject } from "./request-body.js";
 import { accountExpiresAt, toAccountResource } from "./resource.js";
+import { SignedAgentChallenge } from "./signed-agents.js";
 import type { AccountRecord, AttestationUpdate, KitStore } from "./store/types.js";
 
 export const RATE_WINDOW_SECONDS = 3600;
 
 export interface AgentAuthenticatorDeps {
   verifier: RequestVerifier;
+  /** Web Bot Auth callers; undefined when the service does not receive them. */
+  webBotAuth: WebBotAuthVerifier | undefined;
   attestors: AttestorRegistry;
   store: KitStore;
   limiter: RateLimiter;
@@ -32,14 +44,8 @@ export class AgentAuthenticator {
   }
 
   async authenticate(request: KitRequest, route: string, explicitSignup = false): Promise<AgentContext> {
-    const { verifier, attestors, store, options } = this.#deps;
-    const signature = await verifier.verify({
-      method: request.method,
-      url: request.url.origin,
-      target: request.target,
-      headers: request.headers,
-      body: request.body,
-    });
+    const { attestors, store, options } = this.#deps;
+    const { signature, signedAgent } = await this.#verifySignature(request);
     const did = signature.keyid;
     const jwt = request.headers.get(ATTESTATION_HEADER);
     const attestation = jwt === null ? undefined : await attestors.verify(jwt, did);
@@ -100,9 +106,50 @@ export class AgentAuthenticator {
       created,
       attestation,
       signature,
+      signedAgent,
       body,
       json: () => parseJsonObject(body),
     };
+  }
+
+  /**
+   * The proto profile's signature; or, when the request carries only a Web Bot Auth one, that: it
+   * acts for the did:key of its key only with an attestation and when it binds the request as the
+   * proto profile does. Otherwise the caller is a signed agent, which the route decides about.
+   */
+  async #verifySignature(
+    request: KitRequest,
+  ): Promise<{ signature: VerifiedRequest; signedAgent: VerifiedSignedAgent | undefined }> {
+    const raw = {
+      method: request.method,
+      url: request.url.origin,
+      target: request.target,
+      headers: request.headers,
+      body: request.body,
+    };
+    const webBotAuth = this.#deps.webBotAuth;
+    const header = (name: string) => request.headers.get(name) ?? undefined;
+    const profiles = signatureProfiles(header);
+    if (webBotAuth === undefined || profiles.proto || !profiles.webBotAuth) {
+      return { signature: await this.#deps.verifier.verify(raw), signedAgent: undefined };
+    }
+    const agent = await webBotAuth.verify(raw);
+    if (!request.headers.has(ATTESTATION_HEADER)) throw new SignedAgentChallenge(agent, request.body !== undefined);
+    if (!agent.bindsRequest) {
+      throw protoError("invalid_signature", {
+        message:
+          "to act for an account with a Proto-Attestation, a Web Bot Auth signature must cover @method, @target-uri and (with a body) content-digest, carry a nonce and last at most 300 s",
+      });
+    }
+    const signature: VerifiedRequest = {
+      keyid: agent.did,
+      created: agent.created,
+      expires: agent.expires,
+      nonce: agent.nonce ?? "",
+      label: agent.label,
+      body: agent.body,
+    };
+    return { signature, signedAgent: agent };
   }
 
   /** Upstream §10.7: on an `attested_only` service the window applies to every account, claimed or not. */

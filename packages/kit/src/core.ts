@@ -1,4 +1,10 @@
-import type { DiscoveryDocument, Recipient, UnclaimedMode, VerifiedRequest } from "@proto/protocol";
+import type {
+  DiscoveryDocument,
+  Recipient,
+  UnclaimedMode,
+  VerifiedRequest,
+  VerifiedSignedAgent,
+} from "@proto/protocol";
 import type { AttestorRegistry, KitAttestation } from "./attestors.js";
 import type { InvitationMailer } from "./email.js";
 import type { KitRequest, KitResponse } from "./http.js";
@@ -42,6 +48,8 @@ export interface AgentContext {
   created: boolean;
   attestation: KitAttestation | undefined;
   signature: VerifiedRequest;
+  /** Set when the request was signed with Web Bot Auth (and an attestation made it the account's). */
+  signedAgent: VerifiedSignedAgent | undefined;
   /** The verified body bytes (undefined without a body). */
   body: Uint8Array | undefined;
   /** The body as a JSON object; throws `malformed_request`. */

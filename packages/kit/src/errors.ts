@@ -115,6 +115,12 @@ export const KIT_SPECIFIC_ERRORS = {
       "This e-mail link was already used to sign in, and it works only once. If that was you, go on in the window where you used it; otherwise ask the agent for a new invitation.",
   },
   kit_mail_unavailable: { status: 503, message: "The invitation mail could not be sent; try again later" },
+  kit_signature_required: {
+    status: 403,
+    message:
+      "A Web Bot Auth signature identifies the agent, but this route acts for an account: sign with the proto profile (keyid a did:key), or send a Proto-Attestation with a Web Bot Auth signature that covers @method, @target-uri and content-digest and carries a nonce",
+  },
+  kit_signed_agent_refused: { status: 403, message: "This route does not serve signed agents" },
   payload_too_large: { status: 413, message: "Request body is too large" },
   not_found: { status: 404, message: "Not found" },
   internal_error: { status: 500, message: "Internal error" },

@@ -23,11 +23,23 @@ import type {
 import { asProtoError, kitError } from "./errors.js";
 import { errorResponse, type KitRequest, type KitResponse, publicUrlFor, toHeaders } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
+import {
+  SignedAgentChallenge,
+  type SignedAgentIdentity,
+  type SignedAgentPolicy,
+  signedAgentIdentity,
+  signedAgentRefused,
+} from "./signed-agents.js";
 
 declare module "fastify" {
   interface FastifyRequest {
     /** The verified agent of the request (set by `requireAgent`), else null. */
     proto: AgentContext | null;
+    /**
+     * A caller identified by Web Bot Auth alone (no account), on routes whose `signedAgents` policy
+     * is `allow`; else null.
+     */
+    signedAgent: SignedAgentIdentity | null;
   }
 }
 
@@ -101,6 +113,13 @@ export interface RequireAgentOptions {
    * through anonymously (`request.proto` null); one that tries the protocol must pass it (401).
    */
   optional?: boolean;
+  /**
+   * Callers identified only by a Web Bot Auth signature (a signed agent with no account): `allow`
+   * runs the handler with `request.signedAgent` set and `request.proto` null; `challenge` answers
+   * 403 `kit_signature_required` with `Accept-Signature`; `refuse` answers 403
+   * `kit_signed_agent_refused`. Default: `allow` on optional routes, `challenge` elsewhere.
+   */
+  signedAgents?: SignedAgentPolicy;
 }
 
 /**
@@ -121,6 +140,14 @@ export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHa
       const route = options.route ?? `${request.method} ${request.routeOptions.url ?? request.url}`;
       request.proto = await kit.authenticateRequest(kitRequest, route);
     } catch (error) {
+      if (error instanceof SignedAgentChallenge) {
+        const policy = options.signedAgents ?? (options.optional === true ? "allow" : "challenge");
+        if (policy === "allow") {
+          request.signedAgent = signedAgentIdentity(error.agent);
+          return;
+        }
+        if (policy === "refuse") return send(reply, kit.errorResponse(signedAgentRefused(), { headers }));
+      }
       return send(reply, kit.errorResponse(error, { headers }));
     }
   };
@@ -172,6 +199,7 @@ export interface CreateServiceOptions {
 export function createService(kit: Kit, options: CreateServiceOptions = {}): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app: FastifyInstance) => {
     if (!app.hasRequestDecorator("proto")) app.decorateRequest("proto", null);
+    if (!app.hasRequestDecorator("signedAgent")) app.decorateRequest("signedAgent", null);
     // With `protoServerOptions()` node leaves a missing Host to the application: refused here, for
     // every route of the application registered after the kit.
     app.addHook("onRequest", async (request, reply) => {

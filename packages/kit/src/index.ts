@@ -29,6 +29,7 @@ export type {
   InvitationEvent,
   KitOptions,
   KitRoute,
+  KitWebBotAuthOptions,
 } from "./kit.js";
 export {
   createKit,
@@ -46,6 +47,8 @@ export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";
 export { MemoryRateLimiter, StoreRateLimiter } from "./rate-limit.js";
 export type { AccountResource, AccountState } from "./resource.js";
 export type { NewOwnerSession, OwnerSession } from "./sessions.js";
+export type { SignedAgentIdentity, SignedAgentPolicy } from "./signed-agents.js";
+export { SignedAgentChallenge } from "./signed-agents.js";
 export type { SignInResult } from "./signin.js";
 export { SIGNIN_REQUEST_TTL_SECONDS } from "./signin.js";
 export type { OpenKitStoreOptions } from "./store/kysely-store.js";

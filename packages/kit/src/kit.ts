@@ -1,7 +1,9 @@
 import {
+  acceptSignature,
   appendChallenge,
   attemptedProtocol,
   createRequestVerifier,
+  createWebBotAuthVerifier,
   type DiscoveryDocument,
   type FetchFunction,
   formatProtoChallenge,
@@ -10,6 +12,9 @@ import {
   type ProtoError,
   type RawRequest,
   requestTargetOf,
+  type SignatureAgentKeys,
+  signatureProfiles,
+  type WebBotAuthVerifier,
 } from "@proto/protocol";
 import { introspectionHandler, keyRotationHandler, signupHandler } from "./accounts.js";
 import { AgentAuthenticator, RATE_WINDOW_SECONDS } from "./agent-auth.js";
@@ -122,6 +127,18 @@ export interface KitOptions {
   onInvitation?: (event: InvitationEvent) => void | Promise<void>;
   /** Unexpected errors (answered 500 `internal_error`). Default: `console.error`. */
   onError?: (error: unknown) => void;
+  /**
+   * Web Bot Auth callers (agents signing with `Signature-Agent` and a thumbprint `keyid`): how their
+   * keys are found. `false` treats such requests as unsigned.
+   */
+  webBotAuth?: false | KitWebBotAuthOptions;
+}
+
+export interface KitWebBotAuthOptions {
+  /** Finds the key a `Signature-Agent` URL and thumbprint name. */
+  keys?: SignatureAgentKeys;
+  /** Longest `expires - created` of a signed agent's signature (default one day, the draft's bound). */
+  maxValiditySeconds?: number;
 }
 
 export interface AuthenticateOptions {
@@ -245,8 +262,9 @@ export class Kit {
       maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
       redirectOrigins: [this.origin, ...(options.redirectOrigins ?? []).map((origin) => allowedOrigin(origin))],
     };
+    const nonceStore = options.nonceStore ?? new MemoryNonceStore({ now: this.#now });
     const verifier = createRequestVerifier({
-      nonceStore: options.nonceStore ?? new MemoryNonceStore({ now: this.#now }),
+      nonceStore,
       now: this.#now,
       isRevoked: (did) => this.store.isRevoked(did),
       maxBodyBytes: this.#options.maxBodyBytes,
@@ -261,6 +279,7 @@ export class Kit {
           : limiterOption;
     this.#authenticator = new AgentAuthenticator({
       verifier,
+      webBotAuth: this.#webBotAuthVerifier(options.webBotAuth, nonceStore, options.skewSeconds),
       attestors: this.attestors,
       store,
       limiter,
@@ -482,6 +501,22 @@ export class Kit {
    * reported), with the `Proto` challenge on a 401 (upstream §5.7): pass the request so that the
    * challenge names the error only when the request attempted the protocol.
    */
+  #webBotAuthVerifier(
+    options: false | KitWebBotAuthOptions | undefined,
+    nonceStore: NonceStore,
+    skewSeconds: number | undefined,
+  ): WebBotAuthVerifier | undefined {
+    if (options === false || options?.keys === undefined) return undefined;
+    return createWebBotAuthVerifier({
+      keys: options.keys,
+      nonceStore,
+      now: this.#now,
+      isRevoked: (did) => this.store.isRevoked(did),
+      ...(skewSeconds === undefined ? {} : { skewSeconds }),
+      ...(options.maxValiditySeconds === undefined ? {} : { maxValiditySeconds: options.maxValiditySeconds }),
+    });
+  }
+
   errorResponse(error: unknown, request?: { headers: Headers }): KitResponse {
     const { error: protoErr, unexpected } = asProtoError(error);
     if (unexpected) this.#onError(error);
@@ -509,6 +544,14 @@ export class Kit {
     });
     const headers = { ...response.headers };
     headers["www-authenticate"] = appendChallenge(headers["www-authenticate"], challenge);
+    // A Web Bot Auth caller learns which signatures would do (RFC 9421 §5), as a CDN would tell it.
+    if (
+      attempted &&
+      request !== undefined &&
+      signatureProfiles((name) => request.headers.get(name) ?? undefined).webBotAuth
+    ) {
+      headers["accept-signature"] = acceptSignature(request.headers.has("content-digest"));
+    }
     return { ...response, headers };
   }
 

@@ -137,7 +137,8 @@ export type {
 export {
   createWebBotAuthVerifier,
   DEFAULT_WEB_BOT_AUTH_MAX_VALIDITY_SECONDS,
-  hasWebBotAuthSignature,
+  signatureProfiles,
   SIGNATURE_AGENT_HEADER,
   WEB_BOT_AUTH_TAG,
 } from "./web-bot-auth/verify.js";
+export { acceptSignature } from "./web-bot-auth/accept-signature.js";

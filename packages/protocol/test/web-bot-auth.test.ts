@@ -7,7 +7,7 @@ import { ProtoError } from "../src/errors.js";
 import { createRequestVerifier } from "../src/http-signatures/verify.js";
 import { MemoryNonceStore } from "../src/nonce-store.js";
 import { ed25519Thumbprint, signProtoAndWebBotAuth, signWebBotAuth } from "../src/web-bot-auth/sign.js";
-import { createWebBotAuthVerifier, hasWebBotAuthSignature } from "../src/web-bot-auth/verify.js";
+import { createWebBotAuthVerifier, signatureProfiles } from "../src/web-bot-auth/verify.js";
 
 // RFC 9421 Appendix B.1.4 `test-key-ed25519`, which draft-ietf-webbotauth-httpsig-protocol-01 signs its vectors with.
 const TEST_KEY = createPrivateKey({
@@ -78,7 +78,10 @@ describe("draft-ietf-webbotauth-httpsig-protocol-01 vectors", () => {
     assert.equal(agent.signerOrigin, AGENT_URL);
     assert.equal(agent.did, encodeDidKey(rawPublicKey(createPublicKey(TEST_KEY))));
     assert.equal(agent.bindsRequest, false, "covers neither @method nor @target-uri");
-    assert.ok(hasWebBotAuthSignature((name) => (request.headers as Record<string, string>)[name]));
+    assert.deepEqual(
+      signatureProfiles((name) => (request.headers as Record<string, string>)[name]),
+      { proto: false, webBotAuth: true },
+    );
     // The default verifier keeps the draft's one-day bound.
     await refused(verifierAt(1735689700).verify(request), "invalid_signature");
   });

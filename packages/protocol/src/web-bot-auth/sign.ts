@@ -51,12 +51,13 @@ export interface WebBotAuthSignOptions {
   agentCoverage?: "field" | "member";
 }
 
-export interface WebBotAuthHeaders {
+// A type alias, not an interface, so it is assignable to plain header records.
+export type WebBotAuthHeaders = {
   "signature-agent": string;
   "signature-input": string;
   signature: string;
   "content-digest"?: string;
-}
+};
 
 function webBotAuthSignature(
   request: Omit<RawRequest, "headers">,

@@ -73,18 +73,25 @@ export interface VerifiedSignedAgent {
   body: Uint8Array | undefined;
 }
 
-/** Whether a request carries a Web Bot Auth signature (its `tag`), without verifying anything. */
-export function hasWebBotAuthSignature(header: (name: string) => string | undefined): boolean {
+/** Which kinds of signature a request carries, read from `Signature-Input` alone (nothing verified). */
+export function signatureProfiles(header: (name: string) => string | undefined): {
+  proto: boolean;
+  webBotAuth: boolean;
+} {
+  const found = { proto: false, webBotAuth: false };
   const input = header("signature-input");
-  if (input === undefined || input.length > MAX_SIGNATURE_HEADER_LENGTH) return false;
+  if (input === undefined || input.length > MAX_SIGNATURE_HEADER_LENGTH) return found;
   try {
     for (const member of parseDictionary(input).values()) {
-      if (isInnerList(member) && member[1].get("tag") === WEB_BOT_AUTH_TAG) return true;
+      if (!isInnerList(member)) continue;
+      const keyid = member[1].get("keyid");
+      if (member[1].get("tag") === WEB_BOT_AUTH_TAG) found.webBotAuth = true;
+      else if (typeof keyid === "string" && keyid.startsWith("did:key:")) found.proto = true;
     }
   } catch {
-    return false;
+    // Unparsable: neither; the verifier that runs next says why.
   }
-  return false;
+  return found;
 }
 
 function componentName(identifier: ComponentIdentifier): string {
