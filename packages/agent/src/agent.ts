@@ -8,9 +8,11 @@ import { DirectoryClient } from "./directory.js";
 import { UsageError } from "./errors.js";
 import type { HttpOptions } from "./http.js";
 import { normaliseBaseUrl } from "./http.js";
-import type { AgentIdentity } from "./identity.js";
+import type { AgentIdentity, WebBotAuthMode, WebBotAuthSigning } from "./identity.js";
 import { ServiceClient, type ServiceClientOptions } from "./service.js";
 import { AgentStore, type BindingRecord, defaultHome } from "./store.js";
+
+const KEY_DIRECTORY_PATH = "/.well-known/http-message-signatures-directory";
 
 export interface AgentOptions extends HttpOptions {
   /** The agent home; defaults to `PROTO_HOME`, else `~/.proto`. */
@@ -131,6 +133,45 @@ export class Agent {
   }
 
   /**
+   * Web Bot Auth signing in effect: `mode` (else `PROTO_WEB_BOT_AUTH`: `both`, `single` or `off`,
+   * default off), naming `signatureAgent` (else `PROTO_SIGNATURE_AGENT`, else the key directory of
+   * the attestor in effect, where the person publishes the agent's key from `/account`).
+   */
+  webBotAuth(
+    mode?: WebBotAuthMode | "off",
+    explicitAttestor?: string,
+    signatureAgent?: string,
+  ): WebBotAuthSigning | undefined {
+    const env = this.#options.env ?? process.env;
+    const chosen = mode ?? nonEmpty(env.PROTO_WEB_BOT_AUTH) ?? "off";
+    if (chosen === "off") return undefined;
+    if (chosen !== "both" && chosen !== "single") {
+      throw new UsageError(
+        "invalid_argument",
+        `Web Bot Auth mode must be both, single or off, got ${JSON.stringify(chosen)}`,
+      );
+    }
+    const agentUrl = signatureAgent ?? nonEmpty(env.PROTO_SIGNATURE_AGENT);
+    if (agentUrl !== undefined) {
+      if (!isUrl(agentUrl) || new URL(agentUrl).protocol !== "https:") {
+        throw new UsageError(
+          "invalid_argument",
+          `the Signature-Agent must be an https URL, got ${JSON.stringify(agentUrl)}`,
+        );
+      }
+      return { signatureAgent: agentUrl, mode: chosen };
+    }
+    const attestor = this.attestorUrl(explicitAttestor);
+    if (attestor === undefined) {
+      throw new UsageError(
+        "attestation_unavailable",
+        "Web Bot Auth names a key directory: link an attestor first (`proto trust link`) or give --signature-agent",
+      );
+    }
+    return { signatureAgent: `${attestor}${KEY_DIRECTORY_PATH}`, mode: chosen };
+  }
+
+  /**
    * The agent's attestors, choosing per service the one it accepts (`explicit`, a URL or the iss
    * of a linked attestor, overrides); undefined when there is no attestor at all.
    */
@@ -155,13 +196,15 @@ export class Agent {
    */
   async service(
     url: string | URL,
-    options: { attestorUrl?: string; signal?: AbortSignal } = {},
+    options: { attestorUrl?: string; signal?: AbortSignal; webBotAuth?: WebBotAuthSigning } = {},
   ): Promise<ServiceClient> {
     const attestors = this.attestors(options.attestorUrl);
+    const webBotAuth = options.webBotAuth ?? this.webBotAuth(undefined, options.attestorUrl);
     const clientOptions: ServiceClientOptions = {
       ...this.#http(),
       identity: this.identity,
       ...(attestors === undefined ? {} : { attestor: attestors }),
+      ...(webBotAuth === undefined ? {} : { webBotAuth }),
     };
     return ServiceClient.connect(url, { ...clientOptions, ...(options.signal ? { signal: options.signal } : {}) });
   }

@@ -8,11 +8,28 @@ import {
   type SignedRequest,
   type SignOptions,
   seedOfPrivateKey,
+  signProtoAndWebBotAuth,
   signRequest,
+  signWebBotAuth,
+  type WebBotAuthHeaders,
 } from "@proto/protocol";
 
 /** Signing options the caller may fix (clock, `created`/`expires`/`nonce` for reproducible signatures). */
 export type RequestSignOptions = Omit<SignOptions, "keyid" | "privateKey">;
+
+/**
+ * Web Bot Auth beside the proto signature: `both` sends two signatures (`sig1` proto, `sig2` Web Bot
+ * Auth), which every proto service and every verifier that checks each signature accepts; `single`
+ * sends one Web Bot Auth signature that also covers what the proto profile does, for verifiers
+ * that take one signature only (services on our kit accept it with an attestation).
+ */
+export type WebBotAuthMode = "both" | "single";
+
+export interface WebBotAuthSigning {
+  /** The key directory the agent's key is published at (its attestor's, when the person opted in). */
+  signatureAgent: string;
+  mode: WebBotAuthMode;
+}
 
 /** What `proto keys export` prints: the DID and the public key in three spellings. */
 export interface PublicKeyExport {
@@ -74,6 +91,26 @@ export class AgentIdentity {
     options: RequestSignOptions = {},
   ): SignedRequest {
     return signRequest(request, { ...options, keyid: this.did, privateKey: this.privateKey });
+  }
+
+  /** Signs with Web Bot Auth as well (see `WebBotAuthMode`); returns the headers to add. */
+  signWebBotAuth(
+    request: { method: string; url: string; body?: Uint8Array | string | null | undefined },
+    signing: WebBotAuthSigning,
+    options: RequestSignOptions = {},
+  ): WebBotAuthHeaders {
+    if (signing.mode === "single") {
+      return signWebBotAuth(request, {
+        ...options,
+        privateKey: this.privateKey,
+        signatureAgent: signing.signatureAgent,
+      }).headers;
+    }
+    return signProtoAndWebBotAuth(
+      request,
+      { ...options, keyid: this.did, privateKey: this.privateKey },
+      { signatureAgent: signing.signatureAgent },
+    );
   }
 
   /** A raw Ed25519 signature over bytes (the link poll signs the UTF-8 bytes of `req_id`). */

@@ -57,7 +57,13 @@ export {
   HttpClient,
   normaliseBaseUrl,
 } from "./http.js";
-export type { PrivateKeyExport, PublicKeyExport, RequestSignOptions } from "./identity.js";
+export type {
+  PrivateKeyExport,
+  PublicKeyExport,
+  RequestSignOptions,
+  WebBotAuthMode,
+  WebBotAuthSigning,
+} from "./identity.js";
 export { AgentIdentity } from "./identity.js";
 export type { ResolvedEndpoints, ServiceClientOptions, ServiceDiscovery, ServiceResponse } from "./service.js";
 export { DISCOVERY_PATH, discoverService, ServiceClient, serviceOrigin } from "./service.js";

@@ -24,7 +24,7 @@ import {
   type HttpResponse,
   isOk,
 } from "./http.js";
-import type { AgentIdentity } from "./identity.js";
+import type { AgentIdentity, WebBotAuthSigning } from "./identity.js";
 
 export const DISCOVERY_PATH = "/.well-known/proto";
 
@@ -163,6 +163,8 @@ export interface ServiceClientOptions extends HttpOptions {
    * `attestation_required`, mint one and send the request once more (default true; needs `attestor`).
    */
   retryWithAttestation?: boolean;
+  /** Sign with Web Bot Auth too, naming this key directory in `Signature-Agent`. */
+  webBotAuth?: WebBotAuthSigning;
 }
 
 /** The answer to a signed request, read whole, and whether it carried an attestation. */
@@ -181,6 +183,7 @@ export class ServiceClient {
   readonly #http: HttpClient;
   readonly #now: () => number;
   readonly #retry: boolean;
+  readonly #webBotAuth: WebBotAuthSigning | undefined;
   /** Where this client sends signatures and attestations. */
   readonly #origins: ReadonlySet<string>;
 
@@ -200,6 +203,7 @@ export class ServiceClient {
     this.#http = new HttpClient(options);
     this.#now = options.now ?? Date.now;
     this.#retry = options.retryWithAttestation ?? true;
+    this.#webBotAuth = options.webBotAuth;
     // The document names where the service answers; the claim page is for people and never
     // widens where signatures and attestations go.
     this.#origins = new Set([
@@ -286,8 +290,12 @@ export class ServiceClient {
     // Each exchange signs anew: a retry carries a fresh nonce and `created`.
     const exchange = async (attest: boolean, fresh = false): Promise<HttpResponse> => {
       const headers = new Headers(request.headers);
-      const signed = this.identity.signRequest({ method: request.method, url: url.href, body }, { now: this.#now });
-      for (const [name, value] of Object.entries(signed.headers)) headers.set(name, value);
+      const signing = { method: request.method, url: url.href, body };
+      const signed =
+        this.#webBotAuth === undefined
+          ? this.identity.signRequest(signing, { now: this.#now }).headers
+          : this.identity.signWebBotAuth(signing, this.#webBotAuth, { now: this.#now });
+      for (const [name, value] of Object.entries(signed)) headers.set(name, value);
       if (attest) {
         // Only a token whose iss the service lists in billing.accepted_attestors is ever sent.
         const accepted = acceptedAttestors(this.discovery.document.billing);

@@ -343,6 +343,14 @@ function buildProgram(
       "call the endpoint the discovery document names (accounts, owner_invitation, ...), plus /path (accounts/me)",
     )
     .option("--attestor <attestor>", ATTESTOR_HELP)
+    .option(
+      "--web-bot-auth [mode]",
+      "sign with Web Bot Auth too: both (proto and Web Bot Auth signatures, default) or single (one Web Bot Auth signature); default from PROTO_WEB_BOT_AUTH",
+    )
+    .option(
+      "--signature-agent <url>",
+      "the key directory named in Signature-Agent (default: your attestor's, where /account publishes the key)",
+    )
     .action(
       async (
         url: string,
@@ -352,6 +360,8 @@ function buildProgram(
           header: string[];
           endpoint?: string;
           attestor?: string;
+          webBotAuth?: string | boolean;
+          signatureAgent?: string;
         },
       ) => {
         const out = makeOutput(options.json === true);
@@ -369,11 +379,21 @@ function buildProgram(
         if (body !== undefined && (method === "GET" || method === "HEAD")) {
           throw new UsageError("invalid_argument", `a ${method} request cannot have a body (--data)`);
         }
+        const mode =
+          options.webBotAuth === true ? "both" : options.webBotAuth === false ? undefined : options.webBotAuth;
+        if (mode !== undefined && mode !== "both" && mode !== "single" && mode !== "off") {
+          throw new UsageError(
+            "invalid_argument",
+            `--web-bot-auth is both, single or off, got ${JSON.stringify(mode)}`,
+          );
+        }
+        const webBotAuth = a.webBotAuth(mode, options.attestor, options.signatureAgent);
         const discovery = await discoverService(url, { signal: context.signal });
         const attestors = a.attestors(options.attestor);
         const client = new ServiceClient(discovery, {
           identity: a.identity,
           ...(attestors === undefined ? {} : { attestor: attestors }),
+          ...(webBotAuth === undefined ? {} : { webBotAuth }),
         });
         const target = options.endpoint === undefined ? url : endpointTarget(client, options.endpoint);
         const { response, attested } = await client.send(target, {
@@ -396,6 +416,7 @@ function buildProgram(
             ok: response.status >= 200 && response.status < 300,
             service_did: discovery.did,
             attested,
+            web_bot_auth: webBotAuth === undefined ? null : webBotAuth,
             content_type: response.headers.get("content-type"),
             body: parsed,
           },
