@@ -137,5 +137,7 @@ export async function signFetchRequest(request: Request, options: SignOptions): 
   const signed = signRequest({ method: request.method, url: request.url, body }, options);
   const headers = new Headers(request.headers);
   for (const [name, value] of Object.entries(signed.headers)) headers.set(name, value);
-  return new Request(request, { headers, ...(body.length > 0 ? { body } : {}) });
+  // Fetch upper-cases only DELETE, GET, HEAD, OPTIONS, POST and PUT; a `patch` Request would go out
+  // as `patch` while `PATCH` was signed, so the method sent is the one signed.
+  return new Request(request, { method: wireMethod(request.method), headers, ...(body.length > 0 ? { body } : {}) });
 }
