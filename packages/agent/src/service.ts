@@ -13,6 +13,7 @@ import {
   resolveEndpoint,
   SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
+  wireMethod,
 } from "@proto/protocol";
 import { type AttestationSource, acceptedAttestors } from "./accepted.js";
 import { AuthError, DiscoveryError, ServerError, type ServerErrorInit, UsageError } from "./errors.js";
@@ -302,7 +303,13 @@ export class ServiceClient {
         const token = await this.#attestor().attestationFor(this.did, accepted, { fresh, signal: request.signal });
         headers.set(ATTESTATION_HEADER, token.jwt);
       }
-      return this.#http.request(url.href, { method: request.method, headers, body, signal: request.signal });
+      // What was signed goes out: fetch upper-cases only some methods (`patch` stays as given).
+      return this.#http.request(url.href, {
+        method: wireMethod(request.method),
+        headers,
+        body,
+        signal: request.signal,
+      });
     };
 
     const attested = this.discovery.attestedOnly;
