@@ -23,6 +23,7 @@ import {
   type InvitationEvent,
   type Kit,
   type KitMailOptions,
+  type KitWebBotAuthOptions,
   type OwnerSession,
   openKitStore,
   protoServerOptions,
@@ -78,6 +79,8 @@ export interface NotesServiceOptions {
   mail: KitMailOptions;
   /** Called when an agent stages an owner invitation (`mailed` says whether the kit mailed its link). */
   onInvitation?: (event: InvitationEvent) => void | Promise<void>;
+  /** Web Bot Auth callers (see `@proto/kit`); default on, key directories reached through the SSRF-safe fetch. */
+  webBotAuth?: false | KitWebBotAuthOptions;
 }
 
 export interface NotesService {
@@ -182,6 +185,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
       mail: options.mail,
       ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
       ...(options.onInvitation === undefined ? {} : { onInvitation: options.onInvitation }),
+      ...(options.webBotAuth === undefined ? {} : { webBotAuth: options.webBotAuth }),
     });
   } catch (error) {
     await store.close();
@@ -250,6 +254,32 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
     api.get("/notes", agentRoute(kit, { route: "notes.read" }), async (request) => {
       const agent = request.proto!;
       return { notes: (await notes.list(agent.record.id)).map(noteResource) };
+    });
+
+    // Who the service takes the caller for, in each tier: anonymous, a signed agent (Web Bot Auth
+    // alone: who vouches for it and its key), or an agent acting for its account.
+    api.get("/whoami", agentRoute(kit, { route: "whoami", optional: true, signedAgents: "allow" }), async (request) => {
+      if (request.proto !== null) {
+        const agent = request.proto;
+        return {
+          caller: "account",
+          account_id: agent.account.account_id,
+          agent_did: agent.did,
+          attested: agent.attestation !== undefined,
+          web_bot_auth: agent.signedAgent === undefined ? null : { signer_origin: agent.signedAgent.signerOrigin },
+        };
+      }
+      if (request.signedAgent !== null) {
+        const { signerOrigin, signatureAgent, thumbprint, did } = request.signedAgent;
+        return {
+          caller: "signed_agent",
+          signer_origin: signerOrigin,
+          signature_agent: signatureAgent,
+          thumbprint,
+          did,
+        };
+      }
+      return { caller: "anonymous" };
     });
   });
 
