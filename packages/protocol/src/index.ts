@@ -1,3 +1,5 @@
+export type { ParsedAddress } from "./address-policy.js";
+export { isPublicAddress, parseAddress } from "./address-policy.js";
 export type {
   AttestationExpectations,
   AttestationVerifier,
@@ -124,5 +126,15 @@ export {
   recipientsMatch,
 } from "./recipients.js";
 export { hasUnsafeUrlCharacter, sameOriginPath } from "./redirect.js";
+export type {
+  ResolvedAddress,
+  SafeFetchConfig,
+  SafeFetcher,
+  SafeFetchFailure,
+  SafeFetchOptions,
+  SafeResponse,
+  SafeResponseHeaders,
+} from "./safe-fetch.js";
+export { createSafeFetcher, parseResolveOverrides, SafeFetchError } from "./safe-fetch.js";
 export type { TransportError } from "./transport-errors.js";
 export { parserError, refuseMissingHost, routerError, socketErrorResponder } from "./transport-errors.js";
