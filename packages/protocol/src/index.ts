@@ -138,3 +138,13 @@ export type {
 export { createSafeFetcher, parseResolveOverrides, SafeFetchError } from "./safe-fetch.js";
 export type { TransportError } from "./transport-errors.js";
 export { parserError, refuseMissingHost, routerError, socketErrorResponder } from "./transport-errors.js";
+export type { KeyDirectoryFailure, KeyDirectoryOptions } from "./web-bot-auth/key-directory.js";
+export {
+  DIRECTORY_SIGNATURE_TAG,
+  directoryUrlFor,
+  jwkThumbprint,
+  KEY_DIRECTORY_MEDIA_TYPE,
+  KEY_DIRECTORY_PATH,
+  KeyDirectoryClient,
+  KeyDirectoryError,
+} from "./web-bot-auth/key-directory.js";
