@@ -1,3 +1,5 @@
+export type { ParsedAddress } from "./address-policy.js";
+export { isPublicAddress, parseAddress } from "./address-policy.js";
 export type {
   AttestationExpectations,
   AttestationVerifier,
@@ -124,10 +126,31 @@ export {
   recipientsMatch,
 } from "./recipients.js";
 export { hasUnsafeUrlCharacter, sameOriginPath } from "./redirect.js";
+export type {
+  ResolvedAddress,
+  SafeFetchConfig,
+  SafeFetcher,
+  SafeFetchFailure,
+  SafeFetchOptions,
+  SafeResponse,
+  SafeResponseHeaders,
+} from "./safe-fetch.js";
+export { createSafeFetcher, parseResolveOverrides, SafeFetchError } from "./safe-fetch.js";
 export type { TransportError } from "./transport-errors.js";
 export { parserError, refuseMissingHost, routerError, socketErrorResponder } from "./transport-errors.js";
+export { acceptSignature } from "./web-bot-auth/accept-signature.js";
+export type { KeyDirectoryFailure, KeyDirectoryOptions } from "./web-bot-auth/key-directory.js";
+export {
+  DIRECTORY_SIGNATURE_TAG,
+  directoryUrlFor,
+  jwkThumbprint,
+  KEY_DIRECTORY_MEDIA_TYPE,
+  KEY_DIRECTORY_PATH,
+  KeyDirectoryClient,
+  KeyDirectoryError,
+} from "./web-bot-auth/key-directory.js";
 export type { WebBotAuthHeaders, WebBotAuthSignOptions } from "./web-bot-auth/sign.js";
-export { ed25519Thumbprint, signProtoAndWebBotAuth, signWebBotAuth } from "./web-bot-auth/sign.js";
+export { signProtoAndWebBotAuth, signWebBotAuth } from "./web-bot-auth/sign.js";
 export type {
   SignatureAgentKeys,
   VerifiedSignedAgent,
@@ -137,8 +160,7 @@ export type {
 export {
   createWebBotAuthVerifier,
   DEFAULT_WEB_BOT_AUTH_MAX_VALIDITY_SECONDS,
-  signatureProfiles,
   SIGNATURE_AGENT_HEADER,
+  signatureProfiles,
   WEB_BOT_AUTH_TAG,
 } from "./web-bot-auth/verify.js";
-export { acceptSignature } from "./web-bot-auth/accept-signature.js";

@@ -4,10 +4,8 @@
  * `content-digest`) and carries a nonce and a short lifetime, so that the same signature lets a proto
  * service on our kit treat the request as its account's when an attestation comes with it.
  */
-import { createHash, createPublicKey, type KeyObject } from "node:crypto";
+import { createPublicKey, type KeyObject } from "node:crypto";
 import { serializeDictionary } from "structured-headers";
-import { encodeBase64url } from "../base64url.js";
-import { rawPublicKey } from "../ed25519.js";
 import type { MessageComponents } from "../http-signatures/components.js";
 import { contentDigest } from "../http-signatures/content-digest.js";
 import { bodyBytes, headerReader, type RawRequest, signerTargetUri } from "../http-signatures/message.js";
@@ -23,13 +21,8 @@ import {
   wireMethod,
 } from "../http-signatures/sign.js";
 import { componentIdentifiers } from "../http-signatures/signature-base.js";
+import { jwkThumbprint } from "./directory-keys.js";
 import { SIGNATURE_AGENT_HEADER, WEB_BOT_AUTH_TAG } from "./verify.js";
-
-/** RFC 7638 / RFC 8037 §A.3 thumbprint of an Ed25519 public key, base64url. */
-export function ed25519Thumbprint(publicKey: KeyObject): string {
-  const x = encodeBase64url(rawPublicKey(publicKey));
-  return createHash("sha256").update(`{"crv":"Ed25519","kty":"OKP","x":"${x}"}`).digest("base64url");
-}
 
 export interface WebBotAuthSignOptions {
   /** The Ed25519 private key, or its 32-byte seed. */
@@ -70,7 +63,7 @@ function webBotAuthSignature(
   const created = options.created ?? Math.floor((options.now ?? Date.now)() / 1000);
   const expires = options.expires ?? created + (options.validitySeconds ?? DEFAULT_SIGNATURE_VALIDITY_SECONDS);
   const privateKey = toPrivateKey(options.privateKey);
-  const keyid = ed25519Thumbprint(createPublicKey(privateKey));
+  const keyid = jwkThumbprint(createPublicKey(privateKey));
   const components = componentIdentifiers([
     "@method",
     "@target-uri",
@@ -114,7 +107,7 @@ export function signWebBotAuth(
   const { signature, agentHeader, digest } = webBotAuthSignature(request, options);
   const headers: WebBotAuthHeaders = { "signature-agent": agentHeader, ...signatureHeaderPair([signature]) };
   if (digest !== undefined) headers["content-digest"] = digest;
-  const keyid = ed25519Thumbprint(createPublicKey(toPrivateKey(options.privateKey)));
+  const keyid = jwkThumbprint(createPublicKey(toPrivateKey(options.privateKey)));
   return { headers, signatureBase: signature.base, keyid };
 }
 

@@ -1,3 +1,4 @@
+import { createSafeFetcher } from "@proto/protocol";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
 import { type Database, openDatabase } from "../platform/database.js";
@@ -5,7 +6,6 @@ import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
 import { registerOpenApi } from "../platform/openapi.js";
-import { createSafeFetcher } from "../platform/safe-fetch.js";
 import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { DirectoryConfig } from "./config.js";

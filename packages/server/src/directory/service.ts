@@ -1,9 +1,8 @@
-import { didWebMatchesHost, validateDiscoveryDocument } from "@proto/protocol";
+import { didWebMatchesHost, SafeFetchError, type SafeResponse, validateDiscoveryDocument } from "@proto/protocol";
 import type { Clock } from "../platform/clock.js";
 import type { Database } from "../platform/database.js";
 import { changeCounter, isUniqueViolation, syncReader } from "../platform/database.js";
 import { ApiError, conflict, forbidden, notFound, rateLimited, unauthorized } from "../platform/errors.js";
-import { SafeFetchError, type SafeResponse } from "../platform/safe-fetch.js";
 import { constantTimeEqual, hashToken, randomToken } from "../platform/tokens.js";
 import { ListingBodyCache } from "./body-cache.js";
 import { decodeCursor, encodeCursor, type Position } from "./cursor.js";

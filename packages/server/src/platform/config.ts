@@ -1,6 +1,6 @@
+import { parseResolveOverrides } from "@proto/protocol";
 import { type Env, EnvReader } from "./env.js";
 import { parseTrustedProxies } from "./proxy-trust.js";
-import { parseResolveOverrides } from "./safe-fetch.js";
 
 export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];

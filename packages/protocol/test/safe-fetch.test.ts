@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
 import type { HttpsHost, Sentinel, TestCA } from "@proto/testkit";
 import { createTestCA, DISCOVERY_PATH, PROOF_PATH, startHttpsHost, startSentinel } from "@proto/testkit";
-import { isPublicAddress, parseAddress } from "../src/platform/address-policy.js";
-import type { ResolvedAddress, SafeFetchConfig, SafeFetchFailure } from "../src/platform/safe-fetch.js";
-import { createSafeFetcher, parseResolveOverrides, SafeFetchError } from "../src/platform/safe-fetch.js";
+import { isPublicAddress, parseAddress } from "../src/address-policy.js";
+import type { ResolvedAddress, SafeFetchConfig, SafeFetchFailure } from "../src/safe-fetch.js";
+import { createSafeFetcher, parseResolveOverrides, SafeFetchError } from "../src/safe-fetch.js";
 
 async function fetchError(promise: Promise<unknown>): Promise<SafeFetchError> {
   try {
@@ -242,6 +242,28 @@ describe("createSafeFetcher", () => {
       assert.equal(response.status, 200);
       assert.equal(response.contentType, "text/plain; charset=utf-8");
       assert.deepEqual(response.body, body);
+    });
+
+    it("returns the response fields by lower-cased name, repeated lines joined", async () => {
+      host.route("/cached", (_req, res) => {
+        res.setHeader("Cache-Control", "public, max-age=60");
+        res.setHeader("ETag", '"v1"');
+        res.setHeader("X-Repeated", ["a", "b"]);
+        res.setHeader("content-type", "application/json");
+        res.end("{}");
+      });
+      const { headers } = await fetcher().get(`${host.origin()}/cached`);
+      assert.equal(headers["cache-control"], "public, max-age=60");
+      assert.equal(headers.etag, '"v1"');
+      assert.equal(headers["x-repeated"], "a, b");
+      assert.equal(headers["content-type"], "application/json");
+      assert.ok(Object.isFrozen(headers));
+    });
+
+    it("sends the configured User-Agent", async () => {
+      host.serveProof("token");
+      await fetcher({ userAgent: "proto-kit/0.1" }).get(`${host.origin()}${PROOF_PATH}`);
+      assert.equal(host.requests[0]?.headers["user-agent"], "proto-kit/0.1");
     });
 
     it("sends the hostname as SNI and Host, its User-Agent and Accept, and no cookies", async () => {

@@ -1,7 +1,7 @@
 import { BlockList, isIPv4, isIPv6 } from "node:net";
 
 /**
- * Which addresses the directory may connect to on behalf of a submitter. Anything that is not plain
+ * Which addresses we may connect to on behalf of whoever named the host. Anything that is not plain
  * globally routed unicast is refused, so a submitted URL cannot reach the operator's own network,
  * cloud metadata endpoints, or a range that translates to one of those (NAT64, 6to4, Teredo).
  *

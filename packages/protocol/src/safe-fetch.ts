@@ -11,9 +11,10 @@ import { createSecureContext, rootCertificates } from "node:tls";
 import { isPublicAddress } from "./address-policy.js";
 
 /**
- * The directory's only way out to hosts named by submitters (proof files, discovery documents,
- * revalidation). It refuses anything but public addresses and connects to exactly the address it
- * vetted, so neither a hostile name nor DNS rebinding can point it at the operator's network.
+ * The one way out to hosts named by strangers: the directory's proof files, discovery documents
+ * and revalidation, a service's Web Bot Auth key directories. It refuses anything but public
+ * addresses and connects to exactly the address it vetted, so neither a hostile name nor DNS
+ * rebinding can point it at the operator's network. Redirects are never followed.
  */
 
 export interface ResolvedAddress {
@@ -42,6 +43,8 @@ export interface SafeFetchConfig {
   ca?: string | string[];
   /** Injectable resolver; defaults to `dns.promises.lookup(hostname, { all: true })`. */
   lookup?: (hostname: string) => Promise<ResolvedAddress[]>;
+  /** The User-Agent header; defaults to `proto-directory/0.1`, the directory's own. */
+  userAgent?: string;
 }
 
 export type SafeFetchFailure =
@@ -55,7 +58,7 @@ export type SafeFetchFailure =
   | "too_large";
 
 /**
- * Messages are generic on purpose: they may reach the submitter and must not reveal addresses.
+ * Messages are generic on purpose: they may reach whoever named the host and must not reveal addresses.
  * A name that does not resolve and one that resolves to a non-public address fail alike (kind and
  * message), so a submitter cannot probe which internal names exist.
  */
@@ -72,10 +75,15 @@ export class SafeFetchError extends Error {
   }
 }
 
+/** Response fields by lower-cased name; a field sent on several lines is joined with `, `. */
+export type SafeResponseHeaders = Readonly<Record<string, string>>;
+
 export interface SafeResponse {
   status: number;
   /** The raw header; the caller decides which types it accepts. */
   contentType: string | undefined;
+  /** Every response field, so callers can honour Cache-Control, Expires, ETag and the like. */
+  headers: SafeResponseHeaders;
   body: Buffer;
 }
 
@@ -92,7 +100,7 @@ export interface SafeFetcher {
 
 const DEFAULT_TIMEOUT_MS = 5000;
 const DEFAULT_MAX_BYTES = 64 * 1024;
-const USER_AGENT = "proto-directory/0.1";
+const DEFAULT_USER_AGENT = "proto-directory/0.1";
 const HTTPS_PORT = 443;
 
 function noPublicAddress(): SafeFetchError {
@@ -170,6 +178,7 @@ interface Settings {
   maxBytes: number;
   secureContext: SecureContext | undefined;
   lookup: (hostname: string) => Promise<ResolvedAddress[]>;
+  userAgent: string;
 }
 
 async function systemLookup(hostname: string): Promise<ResolvedAddress[]> {
@@ -218,6 +227,7 @@ function settingsFrom(config: SafeFetchConfig): Settings {
     maxBytes,
     secureContext: buildSecureContext(config.ca),
     lookup: config.lookup ?? systemLookup,
+    userAgent: config.userAgent ?? DEFAULT_USER_AGENT,
   };
 }
 
@@ -325,7 +335,7 @@ function requestOptions(
     host: target.hostname,
     port: target.port,
     path: `${target.url.pathname}${target.url.search}`,
-    headers: { host: target.url.host, "user-agent": USER_AGENT, accept },
+    headers: { host: target.url.host, "user-agent": settings.userAgent, accept },
     // A fresh agent per request: a pooled socket could belong to an earlier resolution.
     agent: false,
     lookup: pinnedLookup(addresses),
@@ -375,6 +385,20 @@ function connectionLost(): SafeFetchError {
   return new SafeFetchError("connect_failed", "the connection to the host was lost during the response");
 }
 
+/**
+ * Node already lower-cases names and joins repeated lines (all but `set-cookie`, which stays a list,
+ * and singletons such as Content-Type, of which it keeps the first). `fromEntries` makes every name
+ * an own property, so a field called `__proto__` cannot reach the prototype.
+ */
+function responseHeaders(res: IncomingMessage): SafeResponseHeaders {
+  const entries: [string, string][] = [];
+  for (const [name, value] of Object.entries(res.headers)) {
+    if (value === undefined) continue;
+    entries.push([name, Array.isArray(value) ? value.join(", ") : value]);
+  }
+  return Object.freeze(Object.fromEntries(entries));
+}
+
 async function readCapped(res: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(res.headers["content-length"]);
   if (Number.isFinite(declared) && declared > maxBytes) throw tooLarge(maxBytes);
@@ -412,7 +436,7 @@ async function exchange(
     const status = res.statusCode ?? 0;
     checkStatus(status);
     const body = await readCapped(res, settings.maxBytes);
-    return { status, contentType: res.headers["content-type"], body };
+    return { status, contentType: res.headers["content-type"], headers: responseHeaders(res), body };
   } catch (error) {
     // Destroying the socket on abort surfaces as a connection error; the abort is the real cause.
     throw signal.aborted ? signal.reason : error;
