@@ -361,6 +361,88 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
     assert.equal(await card.getByRole("button", { name: /^Restore/ }).count(), 0);
   });
 
+  test("publish an agent's key for Web Bot Auth on /account, stop on a phone: notices, the directory, layout", async () => {
+    const agent = newAgent();
+    const started = await h.startLink(agent, { agent_label: "Grace's crawler" });
+    assert.equal(started.status, 200, started.text);
+    await h.hook("/__test/link/confirm", { req_id: started.json.req_id, email: personEmail });
+    assert.equal((await h.poll(agent, started.json.req_id)).json.state, "confirmed");
+    const directoryUrl = `${origin}/.well-known/http-message-signatures-directory`;
+    const listed = async () =>
+      ((await h.request("GET", "/.well-known/http-message-signatures-directory")).json.keys as { x: string }[]).some(
+        (k) => k.x === agent.publicKeyB64,
+      );
+    assert.equal(await listed(), false, "off by default");
+
+    // What publishing means is said before the button, in the agent's card.
+    await page.goto(`${origin}/account`);
+    const card = page.getByRole("region", { name: "Grace's crawler" });
+    await card
+      .getByText(
+        `Sites that check Web Bot Auth will see this agent as signed by ${new URL(origin).host}; anyone can see that this key is linked at this attestor.`,
+      )
+      .waitFor();
+    await card.getByText("Not published.").waitFor();
+    await card.getByRole("button", { name: "Publish this agent's key for Web Bot Auth (Grace's crawler)" }).click();
+    await page.waitForURL((url) => url.pathname === "/account" && url.searchParams.get("done") === "published");
+    assert.equal(
+      (await seen(page.getByRole("status"))).trim(),
+      `Agent Grace's crawler's key is published at ${directoryUrl}.`,
+    );
+    assert.match(await seen(card.locator(".badge.published")), /^Published$/);
+    await card.getByText(`Signature-Agent: sig1="${directoryUrl}"`).waitFor();
+    assert.equal(await listed(), true);
+    await page.screenshot({ path: join(shotDir, "account-wba-published-desktop.png"), fullPage: true });
+    assert.ok(statSync(join(shotDir, "account-wba-published-desktop.png")).size > 0);
+
+    // On a phone (light and dark): no sideways scroll, contrast kept; stop publishing there.
+    const afterPublish = page.url();
+    for (const colorScheme of ["light", "dark"] as const) {
+      const phone = await browser.newContext({
+        viewport: { width: 360, height: 740 },
+        deviceScaleFactor: 2,
+        isMobile: true,
+        hasTouch: true,
+        colorScheme,
+      });
+      watch(phone);
+      try {
+        await phone.addCookies(await context.cookies());
+        const tab = await phone.newPage();
+        await tab.goto(afterPublish);
+        await tab.getByRole("status").waitFor();
+        const widths = await inPage<{ scroll: number; client: number }>(
+          tab,
+          "({ scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth })",
+        );
+        assert.ok(widths.scroll <= widths.client, `${colorScheme}: ${widths.scroll} > ${widths.client}`);
+        const low = (
+          await contrastOf(tab, ["h3", "p", ".muted", "code", ".badge", ".notice", "button", "time"])
+        ).filter((r) => r.ratio < 4.5);
+        assert.deepEqual(low, [], colorScheme);
+        await tab.screenshot({ path: join(shotDir, `account-wba-published-phone-${colorScheme}.png`), fullPage: true });
+        if (colorScheme === "dark") {
+          const phoneCard = tab.getByRole("region", { name: "Grace's crawler" });
+          await phoneCard.getByRole("button", { name: "Stop publishing the key of Grace's crawler" }).tap();
+          await tab.waitForURL((url) => url.searchParams.get("done") === "unpublished");
+          assert.equal(
+            (await seen(tab.getByRole("status"))).trim(),
+            "Agent Grace's crawler's key is no longer published. Sites that fetched the directory may keep it for up to 5 minutes.",
+          );
+          await phoneCard.getByText("Not published.").waitFor();
+          await tab.screenshot({ path: join(shotDir, "account-wba-stopped-phone-dark.png"), fullPage: true });
+        }
+      } finally {
+        await phone.close();
+      }
+    }
+    assert.equal(await listed(), false, "stopped");
+    // Back on the desktop, the old notice is not repeated now that it no longer holds.
+    await page.goto(afterPublish);
+    assert.equal(await page.getByRole("status").count(), 0);
+    await card.getByRole("button", { name: /^Publish this agent's key/ }).waitFor();
+  });
+
   test("every page sends a CSP of default-src 'none' and loads nothing from elsewhere; personal pages are no-store", async () => {
     assert.ok(documents.length > 0);
     const attestorPages = documents.filter(

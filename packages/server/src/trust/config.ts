@@ -3,7 +3,12 @@ import { type Env, EnvReader, readLimitOverrides } from "../platform/env.js";
 import { type OidcClient, parseOidcClients } from "./oidc/clients.js";
 import { type PaymentConfig, readPaymentConfig } from "./payment/config.js";
 import { dataDirectory, readTrustSecrets, type TrustSecrets } from "./secrets.js";
-import { DEFAULT_TRUST_SETTINGS, MAX_ATTESTATION_TTL_SECONDS, type TrustSettings } from "./settings.js";
+import {
+  DEFAULT_TRUST_SETTINGS,
+  MAX_ATTESTATION_TTL_SECONDS,
+  type TrustSettings,
+  WBA_DIRECTORY_MAX_KEYS_LIMIT,
+} from "./settings.js";
 import { readUpstreamOidcConfig, type UpstreamOidcConfig } from "./web/upstream.js";
 
 export interface TrustConfig {
@@ -70,6 +75,12 @@ export function readTrustConfig(env: Env = process.env, platform?: PlatformConfi
     keyPublishLeadSeconds: reader.integer("TRUST_KEY_PUBLISH_LEAD_SECONDS", defaults.keyPublishLeadSeconds, 900, 86400),
     keyRotationSeconds: reader.integer("TRUST_KEY_ROTATION_DAYS", defaults.keyRotationSeconds / 86400, 1, 3650) * 86400,
     keyRefreshSeconds: defaults.keyRefreshSeconds,
+    wbaDirectoryMaxKeys: reader.integer(
+      "TRUST_WBA_DIRECTORY_MAX_KEYS",
+      defaults.wbaDirectoryMaxKeys,
+      1,
+      WBA_DIRECTORY_MAX_KEYS_LIMIT,
+    ),
     rateLimits: readRateLimits(reader, dailyLimit),
   };
   const problemsBefore = reader.problems.length;

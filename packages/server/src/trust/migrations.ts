@@ -120,6 +120,28 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0003_payment": payment(engine),
     "0004_state": state(),
     "0005_binding_services": bindingServices(engine),
+    "0006_wba_directory": wbaDirectory(engine),
+  };
+}
+
+/**
+ * The person's opt-in to list a binding's agent key in the attestor's Web Bot Auth key directory
+ * (`/.well-known/http-message-signatures-directory`): when they published it, null when not (the
+ * default, since publishing tells anyone that this key is linked here). The partial index holds
+ * only live published bindings, so the directory reads a few rows, not the whole table.
+ */
+function wbaDirectory(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql.raw(`alter table trust_bindings add column wba_published_at ${bigint}`).execute(db);
+      await sql
+        .raw(
+          `create index trust_bindings_wba_published on trust_bindings (wba_published_at)
+          where wba_published_at is not null and revoked_at is null`,
+        )
+        .execute(db);
+    },
   };
 }
 
@@ -189,6 +211,8 @@ export interface TrustSchema extends HumanSideSchema, PaymentSchema {
     last_mint_at: number | null;
     expires_at: number;
     revoked_at: number | null;
+    /** When the person published this agent's key for Web Bot Auth; null: not published. */
+    wba_published_at: number | null;
   };
   trust_link_requests: {
     id: string;

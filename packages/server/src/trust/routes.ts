@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { entityTag, noneMatch } from "../platform/conditional.js";
 import { ApiError, forbidden } from "../platform/errors.js";
 import { rateLimitHook } from "../platform/http.js";
 import { SINGLE_LINE } from "../platform/input-rules.js";
@@ -8,6 +9,12 @@ import type { KeyRing } from "./keys.js";
 import type { MintObserver } from "./metrics.js";
 import type { LinkStartInput, TrustService } from "./service.js";
 import type { TrustSettings } from "./settings.js";
+import {
+  renderDirectory,
+  WBA_DIRECTORY_CACHE_CONTROL,
+  WBA_DIRECTORY_MEDIA_TYPE,
+  WBA_DIRECTORY_PATH,
+} from "./web-bot-auth.js";
 
 export interface TrustRoutesOptions {
   service: TrustService;
@@ -33,6 +40,11 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
     { name: "link", description: "An agent asks a person to link it; the person confirms in a browser." },
     { name: "tokens", description: "Attestation minting, signed by the agent (RFC 9421)." },
     { name: "bindings", description: "The person's control over linked agents." },
+    {
+      name: "web-bot-auth",
+      description:
+        "The key directory of agents whose person published their key on `/account`, for sites that check Web Bot Auth (HTTP message signatures from bots and agents).",
+    },
     { name: "openid", description: "The OpenID provider that signs people in to services." },
     { name: "payment", description: "Payment verification (when configured)." },
     { name: "pages", description: "Pages for people: sign-in, link confirmation, account." },
@@ -85,6 +97,18 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
         "Form fields `_csrf` and `aud`. The agent's mint for that `aud` works again. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
       tags: ["pages"],
     },
+    "POST /account/bindings/:id/wba/publish": {
+      summary: "Publish one agent's key in the Web Bot Auth directory (form)",
+      description:
+        "Form field `_csrf`. From then on the agent's Ed25519 key is listed at `/.well-known/http-message-signatures-directory` (only a `did:key` agent; not after the binding lapsed). Anyone can then see that this key is linked at this attestor. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
+      tags: ["pages"],
+    },
+    "POST /account/bindings/:id/wba/unpublish": {
+      summary: "Stop publishing one agent's key in the Web Bot Auth directory (form)",
+      description:
+        "Form field `_csrf`. The key leaves the directory at once; copies cached by sites expire within 300 seconds. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
+      tags: ["pages"],
+    },
   },
   defaultTag: "pages",
 };
@@ -104,6 +128,39 @@ const keySet = {
           crv: { type: "string", const: "Ed25519" },
           kid: { type: "string" },
           x: { type: "string", description: "Base64url public key." },
+        },
+      },
+    },
+  },
+} as const;
+
+const wbaDirectory = {
+  description:
+    "A JWK Set (RFC 7517) of the published agents' Ed25519 keys, most recently published first; empty when nobody published one.",
+  content: {
+    [WBA_DIRECTORY_MEDIA_TYPE]: {
+      schema: {
+        type: "object",
+        required: ["keys"],
+        properties: {
+          keys: {
+            type: "array",
+            items: {
+              type: "object",
+              required: ["kty", "crv", "kid", "x", "use"],
+              properties: {
+                kty: { type: "string", const: "OKP" },
+                crv: { type: "string", const: "Ed25519" },
+                kid: {
+                  type: "string",
+                  description:
+                    "The key's RFC 7638 JWK thumbprint (SHA-256, base64url): the `keyid` the agent signs with.",
+                },
+                x: { type: "string", description: "Base64url public key." },
+                use: { type: "string", const: "sig" },
+              },
+            },
+          },
         },
       },
     },
@@ -199,6 +256,43 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
         .header("cache-control", JWKS_CACHE_CONTROL)
         .header("access-control-allow-origin", "*")
         .send({ keys: keys.publicKeys() });
+    },
+  );
+
+  // The Web Bot Auth key directory. The draft RECOMMENDS a response signature by every listed key
+  // (tag "http-message-signatures-directory"); the attestor holds no agent's private key, so the
+  // directory goes unsigned (see web-bot-auth.ts and docs/operations.md).
+  let truncationLoggedAt = Number.NEGATIVE_INFINITY;
+  app.get(
+    WBA_DIRECTORY_PATH,
+    {
+      schema: {
+        summary: "The Web Bot Auth key directory",
+        description: `The Ed25519 keys of agents whose person published them on \`/account\` (off by default), while their binding is neither revoked nor lapsed and the person has a verification method in force. Agents send \`Signature-Agent: sig1="{trust_url}${WBA_DIRECTORY_PATH}"\` and sign with \`keyid\` = the listed \`kid\`. At most \`TRUST_WBA_DIRECTORY_MAX_KEYS\` keys (default 1000), the most recently published. \`Content-Type: ${WBA_DIRECTORY_MEDIA_TYPE}\`, \`Cache-Control: ${WBA_DIRECTORY_CACHE_CONTROL}\`, an \`ETag\` (304 on \`If-None-Match\`). The response is not signed: the attestor does not hold the agents' private keys.`,
+        tags: ["web-bot-auth"],
+        response: { 200: wbaDirectory, 304: { description: "Not modified (`If-None-Match`)." }, "4xx": ERROR_ENVELOPE },
+      },
+      onRequest: rateLimitHook(limiter, limits.read),
+    },
+    async (request, reply) => {
+      const { keys, truncated } = await service.wbaDirectory();
+      if (truncated && Date.now() - truncationLoggedAt > 3600_000) {
+        truncationLoggedAt = Date.now();
+        request.log.warn(
+          { max: settings.wbaDirectoryMaxKeys },
+          "more agent keys are published than TRUST_WBA_DIRECTORY_MAX_KEYS: the directory leaves out the oldest",
+        );
+      }
+      const body = renderDirectory(keys);
+      const etag = entityTag(body);
+      reply
+        .header("cache-control", WBA_DIRECTORY_CACHE_CONTROL)
+        .header("access-control-allow-origin", "*")
+        .header("access-control-expose-headers", "ETag")
+        .header("etag", etag);
+      if (noneMatch(request.headers["if-none-match"], etag)) return reply.code(304).send();
+      // Bytes, not a string: Fastify would append "; charset=utf-8" to a JSON media type.
+      return reply.type(WBA_DIRECTORY_MEDIA_TYPE).send(Buffer.from(body, "utf8"));
     },
   );
 

@@ -24,6 +24,7 @@ import type { KeyRing, SigningKey } from "./keys.js";
 import type { BindingRow, BindingServiceRow, TrustSchema } from "./migrations.js";
 import type { TrustSettings } from "./settings.js";
 import * as store from "./store.js";
+import { type DirectoryKey, directoryKeyOf, isPublishable, wbaDirectoryUrl } from "./web-bot-auth.js";
 
 export const ATTESTATION_ISSUER = "proto-trust";
 
@@ -282,6 +283,8 @@ export class TrustService {
           last_mint_at: null,
           expires_at: now + this.#deps.settings.bindingInactivitySeconds * 1000,
           revoked_at: null,
+          // The same key and the same person: a published key stays published, in its place.
+          wba_published_at: live !== undefined && live.human_id === humanId ? live.wba_published_at : null,
         };
         await store.insertBinding(trx, binding);
         // The same person re-linking: the services and suspensions carry over to the new binding.
@@ -405,6 +408,59 @@ export class TrustService {
     return { binding_id: bindingId, aud, suspended_at: row.suspended_at };
   }
 
+  /** `{trust_url}/.well-known/http-message-signatures-directory`: what agents put in `Signature-Agent`. */
+  get wbaDirectoryUrl(): string {
+    return wbaDirectoryUrl(this.#deps.publicUrl);
+  }
+
+  /**
+   * Publishes (`published` true) or withdraws one of the person's live bindings' agent key in the
+   * Web Bot Auth directory (`humanId` undefined: any person's, for the test hook). Idempotent:
+   * answers the binding's state, changed or not. Unknown to this person or revoked: 404. Only a
+   * `did:key` agent's key can be published (400), and only while the binding has not lapsed (410,
+   * as its mint would be).
+   */
+  async setWbaPublished(
+    bindingId: string,
+    humanId: string | undefined,
+    published: boolean,
+  ): Promise<{ binding_id: string; wba_published_at: number | null }> {
+    const binding = await store.findBinding(this.#db, bindingId);
+    if (
+      binding === undefined ||
+      (humanId !== undefined && binding.human_id !== humanId) ||
+      binding.revoked_at !== null
+    ) {
+      throw notFound("no such binding");
+    }
+    const now = this.#now();
+    if (published && !isPublishable(binding.agent_did)) {
+      throw invalidRequest("only a did:key agent's key can be published for Web Bot Auth");
+    }
+    if (published && binding.expires_at <= now) {
+      throw new ApiError(410, "binding_expired", "the binding lapsed; link the agent again before publishing its key");
+    }
+    await store.setWbaPublication(this.#db, bindingId, published ? now : null);
+    const after = await store.findBinding(this.#db, bindingId);
+    if (after === undefined || after.revoked_at !== null) throw notFound("no such binding");
+    return { binding_id: bindingId, wba_published_at: after.wba_published_at };
+  }
+
+  /**
+   * The Web Bot Auth directory's keys: the most recently published first, at most
+   * `wbaDirectoryMaxKeys`; `truncated` when more were published (the oldest are left out).
+   */
+  async wbaDirectory(): Promise<{ keys: DirectoryKey[]; truncated: boolean }> {
+    const limit = this.#deps.settings.wbaDirectoryMaxKeys;
+    const rows = await store.publishedAgents(this.#db, this.#now(), limit + 1);
+    const keys: DirectoryKey[] = [];
+    for (const row of rows.slice(0, limit)) {
+      const key = directoryKeyOf(row.agent_did);
+      if (key !== undefined) keys.push(key);
+    }
+    return { keys, truncated: rows.length > limit };
+  }
+
   /** What the account page shows: methods in force and every binding, newest first. */
   async accountOf(humanId: string) {
     const verifications = await this.#db
@@ -429,6 +485,7 @@ export class TrustService {
       services.set(row.binding_id, entry);
     }
     return {
+      now: this.#now(),
       services,
       verifications: verifications.map((v) => ({
         method: v.method,

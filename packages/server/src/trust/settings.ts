@@ -11,6 +11,11 @@ export interface TrustSettings {
   keyRotationSeconds: number;
   /** How often each replica reloads the key list (a rotation elsewhere is seen within it). */
   keyRefreshSeconds: number;
+  /**
+   * The most agent keys the Web Bot Auth directory lists (the most recently published); verifiers
+   * bound what they fetch, and one response must stay small enough to serve on every read.
+   */
+  wbaDirectoryMaxKeys: number;
   rateLimits: {
     linkStart: RateLimitRule;
     linkStartPerAgent: RateLimitRule;
@@ -23,6 +28,9 @@ export interface TrustSettings {
 
 export const MAX_ATTESTATION_TTL_SECONDS = 900;
 
+/** `TRUST_WBA_DIRECTORY_MAX_KEYS` at most: about 1.5 MB of JSON, rebuilt on every uncached read. */
+export const WBA_DIRECTORY_MAX_KEYS_LIMIT = 10_000;
+
 export const DEFAULT_TRUST_SETTINGS: TrustSettings = {
   linkTtlSeconds: 1800,
   bindingInactivitySeconds: 90 * 86400,
@@ -30,6 +38,7 @@ export const DEFAULT_TRUST_SETTINGS: TrustSettings = {
   keyPublishLeadSeconds: 900,
   keyRotationSeconds: 30 * 86400,
   keyRefreshSeconds: 30,
+  wbaDirectoryMaxKeys: 1000,
   rateLimits: {
     linkStart: { name: "trust.link_start", limit: 30, windowSeconds: 60 },
     linkStartPerAgent: { name: "trust.link_start_agent", limit: 20, windowSeconds: 3600 },

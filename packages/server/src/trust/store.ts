@@ -149,6 +149,7 @@ export async function mintContext(
     last_mint_at: first.last_mint_at,
     expires_at: first.expires_at,
     revoked_at: first.revoked_at,
+    wba_published_at: first.wba_published_at,
   };
   const methods: string[] = [];
   for (const row of rows) if (row.method !== null) methods.push(row.method);
@@ -277,4 +278,42 @@ export async function setBindingExpiry(db: Db, id: string, expiresAt: number): P
     .where("id", "=", id)
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
+}
+
+/**
+ * Publishes (`publishedAt` a time) or withdraws (`null`) a live binding's agent key in the Web Bot
+ * Auth directory; true when the binding is live and its state changed (publishing twice keeps the
+ * first time, so the directory's order does not move).
+ */
+export async function setWbaPublication(db: Db, id: string, publishedAt: number | null): Promise<boolean> {
+  const result = await db
+    .updateTable("trust_bindings")
+    .set({ wba_published_at: publishedAt })
+    .where("id", "=", id)
+    .where("revoked_at", "is", null)
+    .where("wba_published_at", publishedAt === null ? "is not" : "is", null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/**
+ * The agent DIDs the Web Bot Auth directory lists at `now`, most recently published first, at most
+ * `limit`: bindings the person published that are neither revoked nor lapsed, whose person still
+ * has a verification method in force (what a mint needs too: the directory vouches for no more
+ * than an attestation would).
+ */
+export async function publishedAgents(
+  db: Db,
+  now: number,
+  limit: number,
+): Promise<{ agent_did: string; wba_published_at: number }[]> {
+  const { rows } = await sql<{ agent_did: string; wba_published_at: number }>`
+    select b.agent_did, b.wba_published_at from trust_bindings b
+    where b.wba_published_at is not null and b.revoked_at is null and b.expires_at > ${now}
+      and exists (
+        select 1 from trust_verifications v where v.human_id = b.human_id and v.revoked_at is null
+      )
+    order by b.wba_published_at desc, b.id
+    limit ${limit}`.execute(db);
+  return rows;
 }

@@ -332,6 +332,8 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
         "POST /account/payment/start": { body: { _csrf: session.csrf } },
         "GET /account/payment/return": { query: { session_id: "cs_fuzz_1" } },
         "POST /account/bindings/:id/revoke": { body: { _csrf: session.csrf } },
+        "POST /account/bindings/:id/wba/publish": { body: { _csrf: session.csrf } },
+        "POST /account/bindings/:id/wba/unpublish": { body: { _csrf: session.csrf } },
         "GET /oidc/authorize": {
           query: {
             client_id: OIDC_CLIENT,

@@ -5,6 +5,7 @@ import { html, type SafeHtml } from "../../platform/html.js";
 import { SINGLE_LINE } from "../../platform/input-rules.js";
 import type { BindingRow, BindingServiceRow } from "../migrations.js";
 import type { TrustService } from "../service.js";
+import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
 import { serviceName } from "./service-names.js";
@@ -20,12 +21,18 @@ export interface AccountDeps {
 }
 
 type ServiceAction = "suspend" | "restore";
+type WbaAction = "publish" | "unpublish";
 
-/** The notice the account page shows after a suspension or a restoration (`?done=...`). */
-interface Done {
-  action: ServiceAction;
-  binding: string;
-  aud: string;
+/** The notice the account page shows after a button was pressed (`?done=...`). */
+type Done =
+  | { kind: "service"; action: ServiceAction; binding: string; aud: string }
+  | { kind: "wba"; action: WbaAction; binding: string };
+
+/** What a card needs to say about Web Bot Auth: the directory's URL, the host it names, the time. */
+interface WbaView {
+  url: string;
+  host: string;
+  now: number;
 }
 
 const serviceForm = {
@@ -35,6 +42,12 @@ const serviceForm = {
     _csrf: { type: "string", maxLength: 256 },
     aud: { type: "string", minLength: 1, maxLength: 2048, pattern: SINGLE_LINE },
   },
+} as const;
+
+/** The forms that carry nothing but their CSRF token. */
+const csrfOnlyForm = {
+  type: "object",
+  properties: { _csrf: { type: "string", maxLength: 256 } },
 } as const;
 
 const agentName = (b: Pick<BindingRow, "agent_label" | "agent_did">) => b.agent_label ?? shortenDid(b.agent_did);
@@ -80,14 +93,59 @@ function servicesOf(b: BindingRow, entry: { rows: BindingServiceRow[]; total: nu
   }`;
 }
 
-/** The outcome of the last suspension or restoration, when the page was reached after one. */
+/**
+ * The card's Web Bot Auth part: what publishing means, whether the key is published, and the
+ * button that flips it. Only a `did:key` agent has a key the attestor can list.
+ */
+function wbaPart(b: BindingRow, wba: WbaView, csrf: string): SafeHtml {
+  const explanation = html`<p class="muted">Sites that check Web Bot Auth will see this agent as signed by ${wba.host}; anyone can see that this key is linked at this attestor.</p>`;
+  if (!isPublishable(b.agent_did)) {
+    return html`<h3>Web Bot Auth</h3>
+  <p class="muted">This agent's DID is not a <code>did:key</code>, so the attestor has no key of it to publish.</p>`;
+  }
+  const lapsed = b.expires_at <= wba.now;
+  const published = b.wba_published_at !== null;
+  const action: WbaAction = published ? "unpublish" : "publish";
+  const state = published
+    ? html`<p><span class="badge published">Published</span> since ${date(b.wba_published_at)}${
+        lapsed ? html` <span class="muted">(not listed while this agent's link has lapsed)</span>` : ""
+      }</p>
+  <p>Directory: <code>${wba.url}</code></p>
+  <p class="muted">The agent names it in its requests: <code>Signature-Agent: sig1="${wba.url}"</code></p>`
+    : html`<p class="muted">Not published.</p>`;
+  const button =
+    !published && lapsed
+      ? html`<p class="muted">This agent's link has lapsed: link it again to publish its key.</p>`
+      : html`<form method="post" action="/account/bindings/${b.id}/wba/${action}">
+    <input type="hidden" name="_csrf" value="${csrf}">
+    <button class="secondary" type="submit">${
+      published
+        ? html`Stop publishing<span class="visually-hidden"> the key of ${agentName(b)}</span>`
+        : html`Publish this agent's key for Web Bot Auth<span class="visually-hidden"> (${agentName(b)})</span>`
+    }</button>
+  </form>`;
+  return html`<h3>Web Bot Auth</h3>
+  ${explanation}
+  ${state}
+  ${button}`;
+}
+
+/** The outcome of the last button pressed, when the page was reached after one. */
 function doneNotice(
   done: Done | undefined,
   bindings: BindingRow[],
   services: Map<string, { rows: BindingServiceRow[] }>,
+  wba: WbaView,
 ): SafeHtml | string {
   if (done === undefined) return "";
   const binding = bindings.find((b) => b.id === done.binding && b.revoked_at === null);
+  if (done.kind === "wba") {
+    // Said only when it is still true, as for services below.
+    if (binding === undefined || (binding.wba_published_at !== null) !== (done.action === "publish")) return "";
+    return done.action === "publish"
+      ? html`<p class="notice" role="status">Agent ${agentName(binding)}'s key is published at <code>${wba.url}</code>.</p>`
+      : html`<p class="notice" role="status">Agent ${agentName(binding)}'s key is no longer published. Sites that fetched the directory may keep it for up to 5 minutes.</p>`;
+  }
   const row = services.get(done.binding)?.rows.find((r) => r.aud === done.aud);
   // Said only when it is still true: a reload after the other button was pressed says nothing.
   if (binding === undefined || row === undefined || (row.suspended_at !== null) !== (done.action === "suspend")) {
@@ -101,27 +159,32 @@ function doneNotice(
 
 function readDone(query: unknown): Done | undefined {
   const { done, binding, aud } = (query ?? {}) as Record<string, unknown>;
-  if ((done !== "suspended" && done !== "restored") || typeof binding !== "string" || typeof aud !== "string") {
-    return undefined;
+  if (typeof binding !== "string") return undefined;
+  if (done === "published" || done === "unpublished") {
+    return { kind: "wba", action: done === "published" ? "publish" : "unpublish", binding };
   }
-  return { action: done === "suspended" ? "suspend" : "restore", binding, aud };
+  if ((done !== "suspended" && done !== "restored") || typeof aud !== "string") return undefined;
+  return { kind: "service", action: done === "suspended" ? "suspend" : "restore", binding, aud };
 }
 
 export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Promise<void> {
   const { service, sessions } = deps;
   const publicOrigin = new URL(deps.publicUrl).origin;
+  const wbaUrl = wbaDirectoryUrl(deps.publicUrl);
+  const wbaHost = new URL(deps.publicUrl).host;
 
   app.get("/account", async (request, reply) => {
     const session = await sessions.current(request);
     if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
-    const { verifications, bindings, services } = await service.accountOf(session.humanId);
+    const { verifications, bindings, services, now } = await service.accountOf(session.humanId);
     const csrf = reply.generateCsrf();
     const live = bindings.filter((b) => b.revoked_at === null);
+    const wba: WbaView = { url: wbaUrl, host: wbaHost, now };
     return sendPage(reply, {
       title: "Your account",
       signedIn: { csrf },
       body: html`<h1>Your account</h1>
-${doneNotice(readDone(request.query), bindings, services)}
+${doneNotice(readDone(request.query), bindings, services, wba)}
 <h2>Verification</h2>
 ${
   verifications.length === 0
@@ -147,7 +210,8 @@ ${
   </dl>
   <h3>Services</h3>
   ${servicesOf(b, services.get(b.id), csrf)}
-  <form method="post" action="/account/bindings/${b.id}/revoke">
+  ${wbaPart(b, wba, csrf)}
+  <form method="post" action="/account/bindings/${b.id}/revoke" class="card-end">
     <input type="hidden" name="_csrf" value="${csrf}">
     <button class="danger" type="submit">Revoke<span class="visually-hidden"> ${b.agent_label ?? b.agent_did}</span></button>
   </form>
@@ -201,6 +265,52 @@ ${
         }
         const done = action === "suspend" ? "suspended" : "restored";
         return reply.redirect(`/account?${new URLSearchParams({ done, binding: request.params.id, aud })}`, 303);
+      },
+    );
+  }
+
+  for (const action of ["publish", "unpublish"] as const) {
+    app.post<{ Params: { id: string } }>(
+      `/account/bindings/:id/wba/${action}`,
+      {
+        schema: { body: csrfOnlyForm, consumes: ["application/x-www-form-urlencoded"] },
+        preHandler: app.csrfProtection,
+      },
+      async (request, reply) => {
+        const refused = crossOrigin(request, reply, publicOrigin);
+        if (refused !== undefined) return refused;
+        const session = await sessions.current(request);
+        if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+        const onward = html`<p><a class="button" href="/account">Go to your account</a></p>`;
+        try {
+          await service.setWbaPublished(request.params.id, session.humanId, action === "publish");
+        } catch (error) {
+          if (!(error instanceof ApiError)) throw error;
+          if (error.status === 404) {
+            return sendMessage(reply, 404, "Unknown agent", "That agent is not linked to your account.", onward);
+          }
+          if (error.status === 410) {
+            return sendMessage(
+              reply,
+              410,
+              "This agent's link has lapsed",
+              "Its key can be published again once the agent is linked again.",
+              onward,
+            );
+          }
+          if (error.status === 400) {
+            return sendMessage(
+              reply,
+              400,
+              "This agent has no key to publish",
+              "Only an agent identified by a did:key has a key the attestor can publish.",
+              onward,
+            );
+          }
+          throw error;
+        }
+        const done = action === "publish" ? "published" : "unpublished";
+        return reply.redirect(`/account?${new URLSearchParams({ done, binding: request.params.id })}`, 303);
       },
     );
   }

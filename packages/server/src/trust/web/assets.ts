@@ -37,6 +37,9 @@ ul.services { list-style: none; padding: 0; margin: 0 0 1rem; }
 ul.services li { border-top: 1px solid var(--border); padding: .75rem 0; display: grid; gap: .25rem; justify-items: start; }
 ul.services li:last-child { border-bottom: 1px solid var(--border); }
 .badge { display: inline-block; font-size: .85em; font-weight: 600; padding: 0 .4rem; border: 1px solid var(--danger); border-radius: .3rem; color: var(--danger); }
+.badge.published { border-color: var(--ok); color: var(--ok); }
+/* What acts on the whole card (revoking the link) stands apart from its sections' own buttons. */
+.card-end { border-top: 1px solid var(--border); margin-top: 1rem; padding-top: 1rem; }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 `;
 
