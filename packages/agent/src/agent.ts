@@ -2,6 +2,7 @@
  * The SDK's entry point: an agent home (key, configuration, caches) and the clients built on it,
  * with URLs resolved the way the CLI resolves them.
  */
+import { KEY_DIRECTORY_PATH } from "@proto/protocol";
 import { AttestorClient } from "./attestor.js";
 import { Attestors } from "./attestors.js";
 import { DirectoryClient } from "./directory.js";
@@ -11,8 +12,6 @@ import { normaliseBaseUrl } from "./http.js";
 import type { AgentIdentity, WebBotAuthMode, WebBotAuthSigning } from "./identity.js";
 import { ServiceClient, type ServiceClientOptions } from "./service.js";
 import { AgentStore, type BindingRecord, defaultHome } from "./store.js";
-
-const KEY_DIRECTORY_PATH = "/.well-known/http-message-signatures-directory";
 
 export interface AgentOptions extends HttpOptions {
   /** The agent home; defaults to `PROTO_HOME`, else `~/.proto`. */

@@ -7,11 +7,13 @@ import {
   type DiscoveryDocument,
   type FetchFunction,
   formatProtoChallenge,
+  type KeyDirectoryOptions,
   MemoryNonceStore,
   type NonceStore,
   type ProtoError,
   type RawRequest,
   requestTargetOf,
+  type SafeFetchConfig,
   type SignatureAgentKeys,
   signatureProfiles,
   type WebBotAuthVerifier,
@@ -35,6 +37,7 @@ import {
   toHeaders,
 } from "./http.js";
 import { invitationHandler } from "./invitation.js";
+import { keyDirectorySource } from "./key-directories.js";
 import type { KitMailOptions, OutboxEntry } from "./mailer.js";
 import {
   keyRekeyHandler,
@@ -135,8 +138,15 @@ export interface KitOptions {
 }
 
 export interface KitWebBotAuthOptions {
-  /** Finds the key a `Signature-Agent` URL and thumbprint name. */
+  /**
+   * Finds the key a `Signature-Agent` URL and thumbprint name. Default: the key directory it names,
+   * through the SSRF-safe fetch (public addresses only, no redirects, bounded, cached).
+   */
   keys?: SignatureAgentKeys;
+  /** Settings of the default directory fetch: `allowPrivate`, `resolve` (development, tests), `ca`. */
+  fetch?: Partial<SafeFetchConfig>;
+  /** Cache and size bounds of the default directory client. */
+  directory?: Omit<KeyDirectoryOptions, "fetcher" | "now">;
   /** Longest `expires - created` of a signed agent's signature (default one day, the draft's bound). */
   maxValiditySeconds?: number;
 }
@@ -506,14 +516,21 @@ export class Kit {
     nonceStore: NonceStore,
     skewSeconds: number | undefined,
   ): WebBotAuthVerifier | undefined {
-    if (options === false || options?.keys === undefined) return undefined;
+    if (options === false) return undefined;
+    const keys =
+      options?.keys ??
+      keyDirectorySource({
+        now: this.#now,
+        ...(options?.fetch === undefined ? {} : { fetch: options.fetch }),
+        ...(options?.directory === undefined ? {} : { directory: options.directory }),
+      });
     return createWebBotAuthVerifier({
-      keys: options.keys,
+      keys,
       nonceStore,
       now: this.#now,
       isRevoked: (did) => this.store.isRevoked(did),
       ...(skewSeconds === undefined ? {} : { skewSeconds }),
-      ...(options.maxValiditySeconds === undefined ? {} : { maxValiditySeconds: options.maxValiditySeconds }),
+      ...(options?.maxValiditySeconds === undefined ? {} : { maxValiditySeconds: options.maxValiditySeconds }),
     });
   }
 

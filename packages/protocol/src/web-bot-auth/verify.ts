@@ -24,6 +24,7 @@ import {
 } from "../http-signatures/signature-input.js";
 import { TargetUriError } from "../http-signatures/target-uri.js";
 import type { NonceStore } from "../nonce-store.js";
+import { KeyDirectoryError } from "./key-directory-error.js";
 
 export const WEB_BOT_AUTH_TAG = "web-bot-auth";
 export const SIGNATURE_AGENT_HEADER = "signature-agent";
@@ -195,7 +196,16 @@ export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): We
     const nowSeconds = Math.floor(now() / 1000);
     checkTimeWindow(window, nowSeconds, skew, maxValidity);
 
-    const publicKey = await options.keys.lookup(signatureAgent, keyid);
+    let publicKey: KeyObject | undefined;
+    try {
+      publicKey = await options.keys.lookup(signatureAgent, keyid);
+    } catch (error) {
+      // A directory that cannot be used leaves the signature unverified: the caller's to fix.
+      if (error instanceof KeyDirectoryError) {
+        throw invalid(`the Signature-Agent's key directory could not be used (${error.kind}): ${error.message}`);
+      }
+      throw error;
+    }
     if (publicKey === undefined) throw invalid("the Signature-Agent's key directory has no key with this keyid");
     const did = encodeDidKey(rawPublicKey(publicKey));
     if (options.isRevoked !== undefined && (await options.isRevoked(did))) throw protoError("revoked_key");

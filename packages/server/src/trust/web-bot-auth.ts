@@ -10,13 +10,18 @@
  * the keys. The attestor cannot: it never holds an agent's private key. Its responses are
  * unsigned, and a verifier that requires the proof will not accept this directory.
  */
-import { createHash } from "node:crypto";
-import { decodeDidKey } from "@proto/protocol";
+import {
+  decodeDidKey,
+  jwkThumbprint,
+  KEY_DIRECTORY_MEDIA_TYPE,
+  KEY_DIRECTORY_PATH,
+  publicKeyFromRaw,
+} from "@proto/protocol";
 
-export const WBA_DIRECTORY_PATH = "/.well-known/http-message-signatures-directory";
+export const WBA_DIRECTORY_PATH = KEY_DIRECTORY_PATH;
 
 /** The media type the draft requires at the well-known URI (no parameters: some verifiers compare it whole). */
-export const WBA_DIRECTORY_MEDIA_TYPE = "application/http-message-signatures-directory+json";
+export const WBA_DIRECTORY_MEDIA_TYPE = KEY_DIRECTORY_MEDIA_TYPE;
 
 /**
  * Five minutes: a withdrawn or revoked key leaves verifiers' caches within it, and the draft asks
@@ -39,15 +44,6 @@ export function wbaDirectoryUrl(publicUrl: string): string {
   return `${publicUrl}${WBA_DIRECTORY_PATH}`;
 }
 
-/**
- * The RFC 7638 thumbprint of an Ed25519 public key (`x`, base64url): SHA-256 over the required
- * members in lexicographic order without whitespace (RFC 8037 §A.3). `x` is base64url, so it
- * needs no JSON escaping.
- */
-export function ed25519Thumbprint(x: string): string {
-  return createHash("sha256").update(`{"crv":"Ed25519","kty":"OKP","x":"${x}"}`, "utf8").digest("base64url");
-}
-
 /** The directory entry of an agent's `did:key`; undefined for a DID that carries no Ed25519 key. */
 export function directoryKeyOf(agentDid: string): DirectoryKey | undefined {
   if (!agentDid.startsWith("did:key:")) return undefined;
@@ -58,7 +54,7 @@ export function directoryKeyOf(agentDid: string): DirectoryKey | undefined {
     return undefined;
   }
   const x = Buffer.from(raw).toString("base64url");
-  return { kty: "OKP", crv: "Ed25519", kid: ed25519Thumbprint(x), x, use: "sig" };
+  return { kty: "OKP", crv: "Ed25519", kid: jwkThumbprint(publicKeyFromRaw(raw)), x, use: "sig" };
 }
 
 /** Whether an agent's key is one the directory can list (a `did:key`; a `did:web` key lives elsewhere). */

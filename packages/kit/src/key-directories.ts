@@ -1,0 +1,73 @@
+/**
+ * Where the kit finds a Web Bot Auth caller's key by default: the key directory its
+ * `Signature-Agent` names, fetched through the SSRF-safe fetch and cached (`KeyDirectoryClient`).
+ * Each first look-up of a directory is an outbound request a stranger chose, so new directories
+ * are admitted at a bounded rate; known ones are served from the client's cache.
+ */
+import {
+  createSafeFetcher,
+  directoryUrlFor,
+  KeyDirectoryClient,
+  KeyDirectoryError,
+  type KeyDirectoryOptions,
+  type SafeFetchConfig,
+  type SignatureAgentKeys,
+} from "@proto/protocol";
+
+export interface KeyDirectorySourceOptions {
+  /** The fetch's settings: `allowPrivate` and `resolve` for development and tests, extra `ca`s. */
+  fetch?: Partial<SafeFetchConfig>;
+  /** Cache and size bounds of the directory client. */
+  directory?: Omit<KeyDirectoryOptions, "fetcher" | "now">;
+  /** Directories never seen before that may be fetched per minute (default 60). */
+  newDirectoriesPerMinute?: number;
+  now: () => number;
+}
+
+const KNOWN_DIRECTORIES = 10_000;
+
+export function keyDirectorySource(options: KeyDirectorySourceOptions): SignatureAgentKeys {
+  const fetcher = createSafeFetcher({
+    allowPrivate: false,
+    resolve: new Map(),
+    userAgent: "proto-kit/0.1 (Web Bot Auth key directory)",
+    ...options.fetch,
+  });
+  const client = new KeyDirectoryClient({ ...options.directory, fetcher, now: options.now });
+  const budget = options.newDirectoriesPerMinute ?? 60;
+  const known = new Map<string, true>();
+  let minute = -1;
+  let admitted = 0;
+
+  function admit(url: string): void {
+    if (known.has(url)) return;
+    const current = Math.floor(options.now() / 60_000);
+    if (current !== minute) {
+      minute = current;
+      admitted = 0;
+    }
+    if (admitted >= budget) {
+      throw new KeyDirectoryError("unreachable", "too many new key directories this minute; try again shortly", {
+        retryAfterSeconds: 60,
+      });
+    }
+    admitted += 1;
+    known.set(url, true);
+    // Oldest first: a Map keeps insertion order.
+    if (known.size > KNOWN_DIRECTORIES) known.delete(known.keys().next().value as string);
+  }
+
+  return {
+    async lookup(signatureAgent, thumbprint) {
+      let url: string;
+      try {
+        url = directoryUrlFor(signatureAgent);
+      } catch (error) {
+        if (error instanceof KeyDirectoryError) throw error;
+        throw new KeyDirectoryError("malformed", "the Signature-Agent is not a usable https URL");
+      }
+      admit(url);
+      return client.lookup(url, thumbprint);
+    },
+  };
+}
