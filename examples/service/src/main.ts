@@ -12,10 +12,14 @@
  *   NOTES_SMTP_URL       smtp://user:pass@host:587 (or smtps://): invitation mails; without it
  *                        (development only) they wait at {public URL}/proto/owner/dev/outbox
  *   NOTES_MAIL_FROM      default "Notes <no-reply@<host of the public URL>>"
+ *   NOTES_WEB_BOT_AUTH   on (default) or off: Web Bot Auth callers, their key directories fetched
+ *                        over public addresses only (PROTO_FETCH_ALLOW_PRIVATE=1 and
+ *                        PROTO_FETCH_RESOLVE=host:port:address for development, never in production)
  *   LOG_LEVEL            default info
  */
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
+import { parseResolveOverrides } from "@proto/protocol";
 import { buildNotesService } from "./app.js";
 
 function fail(message: string): never {
@@ -57,6 +61,20 @@ const mailFrom = nonEmpty(env.NOTES_MAIL_FROM) ?? `Notes <no-reply@${new URL(pub
 const mail = smtpUrl === undefined ? { developmentOutbox: true } : { smtpUrl, from: mailFrom };
 const serviceDid = nonEmpty(env.NOTES_SERVICE_DID);
 
+// Web Bot Auth callers: their key directories are fetched like the directory server fetches
+// (public addresses only; PROTO_FETCH_ALLOW_PRIVATE and PROTO_FETCH_RESOLVE for development).
+const webBotAuthSetting = nonEmpty(env.NOTES_WEB_BOT_AUTH) ?? "on";
+if (webBotAuthSetting !== "on" && webBotAuthSetting !== "off") fail("NOTES_WEB_BOT_AUTH must be on or off");
+const allowPrivate = env.PROTO_FETCH_ALLOW_PRIVATE === "1";
+if (allowPrivate && env.NODE_ENV === "production")
+  fail("PROTO_FETCH_ALLOW_PRIVATE must not be set when NODE_ENV=production");
+let resolveOverrides: Map<string, string>;
+try {
+  resolveOverrides = parseResolveOverrides(nonEmpty(env.PROTO_FETCH_RESOLVE));
+} catch (error) {
+  fail(`PROTO_FETCH_RESOLVE: ${error instanceof Error ? error.message : String(error)}`);
+}
+
 const service = await buildNotesService({
   publicUrl,
   database: nonEmpty(env.NOTES_DATABASE_URL) ?? "sqlite:./data/notes.db",
@@ -66,6 +84,7 @@ const service = await buildNotesService({
   mail,
   ...(https === undefined ? {} : { https }),
   logger: { level: nonEmpty(env.LOG_LEVEL) ?? "info" },
+  webBotAuth: webBotAuthSetting === "off" ? false : { fetch: { allowPrivate, resolve: resolveOverrides } },
 }).catch((error: unknown) => fail(error instanceof Error ? error.message : String(error)));
 
 await service.app.listen({ port, host });
@@ -77,7 +96,8 @@ notes service ${service.serviceDid}
   discovery         ${origin}/.well-known/proto
   owner page        ${origin}/owner
   invitation mail   ${smtpUrl === undefined ? `development outbox: ${origin}${service.kit.ownerPath}/dev/outbox` : `SMTP, from ${mailFrom}`}
-  agent API         POST ${origin}/notes {"text"}, GET ${origin}/notes
+  agent API         POST ${origin}/notes {"text"}, GET ${origin}/notes, GET ${origin}/whoami
+  Web Bot Auth      ${webBotAuthSetting === "on" ? "signed agents accepted on /whoami (NOTES_WEB_BOT_AUTH=off to refuse)" : "off"}
   listing proof     ${proofDir}/.well-known/proto-registry-proof
 
 Owner sign-in needs this client at the attestor (TRUST_OIDC_CLIENTS):
