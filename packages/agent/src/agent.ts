@@ -167,6 +167,12 @@ export class Agent {
         "Web Bot Auth names a key directory: link an attestor first (`proto trust link`) or give --signature-agent",
       );
     }
+    if (!attestor.startsWith("https://")) {
+      throw new UsageError(
+        "invalid_argument",
+        `Web Bot Auth verifiers fetch key directories over https only, and the attestor is ${attestor}: give --signature-agent`,
+      );
+    }
     return { signatureAgent: `${attestor}${KEY_DIRECTORY_PATH}`, mode: chosen };
   }
 
