@@ -3,6 +3,9 @@
  * the SDK reads the upstream shapes, and `proto account show|invite` prints them.
  */
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { createServer as createHttpsServer, type Server } from "node:https";
+import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { createKit, createService, type InvitationEvent, type Kit, protoServerOptions } from "@proto/kit";
 import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
@@ -17,11 +20,21 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
   let caFile: string;
   let origin: string;
   const invitations: InvitationEvent[] = [];
+  /** A Web Bot Auth key directory on another host of the test CA, serving the keys put here. */
+  let directory: Server;
+  let directoryUrl: string;
+  const publishedKeys: Record<string, string>[] = [];
 
   before(async () => {
     const ca = await createTestCA();
     caFile = ca.writeCertFile();
     const { certPem, keyPem } = await ca.issue(["localhost"]);
+    directory = createHttpsServer({ key: keyPem, cert: certPem }, (_request, response) => {
+      response.writeHead(200, { "content-type": "application/http-message-signatures-directory+json" });
+      response.end(JSON.stringify({ keys: publishedKeys }));
+    });
+    await new Promise<void>((resolve) => directory.listen(0, "127.0.0.1", resolve));
+    directoryUrl = `https://localhost:${(directory.address() as AddressInfo).port}/.well-known/http-message-signatures-directory`;
     // A port chosen before listening: the kit's public URL names it.
     const port = await closedPort();
     origin = `https://localhost:${port}`;
@@ -37,6 +50,8 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
       onInvitation: (event) => {
         invitations.push(event);
       },
+      // The directory is on this machine: a development setting, as PROTO_FETCH_ALLOW_PRIVATE is.
+      webBotAuth: { fetch: { allowPrivate: true, ca: ca.certPem } },
     });
     app = Fastify({ ...protoServerOptions(), https: { key: keyPem, cert: certPem } });
     await app.register(createService(kit));
@@ -45,6 +60,7 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
   });
 
   after(async () => {
+    directory?.close();
     await app?.close();
     await kit?.close();
     await fetch?.close();
@@ -138,4 +154,36 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
       assert.match(revoked.stderr, /ask the account's owner to re-key it .*`proto keys rotate`.*`proto trust link`/);
     }
   });
+
+  test("CLI: `proto call --web-bot-auth` sends both signatures; `single` is a signed agent to the kit's own endpoints", async () => {
+    const home = tempHome();
+    const options = { home, caFile };
+    assert.equal((await runCli(["init"], options)).code, 0);
+    const exported = jsonOf(await runCli(["keys", "export", "--json"], options));
+    publishedKeys.push({ ...exported.jwk, kid: thumbprintOf(exported.jwk.x), use: "sig" });
+    const me = `${origin}/proto/v1/accounts/me`;
+
+    const both = await runCli(["call", me, "--web-bot-auth", "--signature-agent", directoryUrl, "--json"], options);
+    assert.equal(both.code, 0, both.stderr);
+    const answer = jsonOf(both);
+    assert.equal(answer.status, 200);
+    assert.equal(answer.body.agent_did, exported.did);
+    assert.deepEqual(answer.web_bot_auth, { signatureAgent: directoryUrl, mode: "both" });
+
+    // One Web Bot Auth signature and no attestation: the kit found the key in the directory and
+    // sees a signed agent, which its account endpoints challenge.
+    const single = await runCli(["call", me, "--web-bot-auth", "single", "--signature-agent", directoryUrl], options);
+    assert.equal(single.code, 4, single.stderr);
+    assert.match(single.stdout, /^HTTP 403/);
+    assert.match(single.stderr, /^proto: kit_signature_required: A Web Bot Auth signature identifies the agent/m);
+
+    const wrong = await runCli(["call", me, "--web-bot-auth", "sometimes"], options);
+    assert.equal(wrong.code, 2);
+    assert.match(wrong.stderr, /--web-bot-auth is both, single or off/);
+  });
 });
+
+/** RFC 8037 §A.3 thumbprint, computed here independently of the library under test. */
+function thumbprintOf(x: string): string {
+  return createHash("sha256").update(`{"crv":"Ed25519","kty":"OKP","x":"${x}"}`).digest("base64url");
+}
