@@ -178,6 +178,17 @@ function allowedOrigin(value: string): string {
   return url.origin;
 }
 
+/**
+ * Whether a request came with a body, from its headers alone (a refusal may come before the body
+ * is read): then the signature it is asked for must cover `content-digest`, whether or not it sent one.
+ */
+function hasBody(headers: Headers): boolean {
+  const length = headers.get("content-length");
+  return (
+    headers.has("content-digest") || headers.has("transfer-encoding") || (length !== null && length.trim() !== "0")
+  );
+}
+
 function checkRange(name: string, value: number, min: number, max: number): number {
   if (!Number.isInteger(value) || value < min || value > max) {
     throw new RangeError(`${name} must be an integer from ${min} to ${max}`);
@@ -567,7 +578,7 @@ export class Kit {
       request !== undefined &&
       signatureProfiles((name) => request.headers.get(name) ?? undefined).webBotAuth
     ) {
-      headers["accept-signature"] = acceptSignature(request.headers.has("content-digest"));
+      headers["accept-signature"] = acceptSignature(hasBody(request.headers));
     }
     return { ...response, headers };
   }

@@ -152,6 +152,11 @@ describe("signing and verifying our own", () => {
       verifierAt(NOW, keys()).verify(get({ ...signed.headers, "signature-input": retagged })),
       "invalid_signature",
     );
+    // Still a Web Bot Auth attempt, since it names a Signature-Agent: its verifier is the one to say why.
+    const profiles = (headers: Record<string, string>) => signatureProfiles((name) => headers[name]);
+    assert.deepEqual(profiles({ ...signed.headers, "signature-input": retagged }), { proto: false, webBotAuth: true });
+    const { "signature-agent": _, ...anonymous } = signed.headers;
+    assert.deepEqual(profiles({ ...anonymous, "signature-input": retagged }), { proto: false, webBotAuth: false });
     await refused(verifierAt(NOW, keysOf({})).verify(get(signed.headers)), "invalid_signature");
     await refused(verifierAt(NOW, keys()).verify(get(signed.headers, "https://other.test")), "invalid_signature");
     const long = signWebBotAuth(

@@ -74,7 +74,12 @@ export interface VerifiedSignedAgent {
   body: Uint8Array | undefined;
 }
 
-/** Which kinds of signature a request carries, read from `Signature-Input` alone (nothing verified). */
+/**
+ * Which kinds of signature a request carries, read from `Signature-Input` alone (nothing verified).
+ * A signature of neither kind on a request that names a `Signature-Agent` counts as Web Bot Auth: a
+ * Web Bot Auth attempt with a wrong or missing tag, which the Web Bot Auth verifier refuses saying
+ * so, rather than the proto profile's verifier with a complaint about components it never allows.
+ */
 export function signatureProfiles(header: (name: string) => string | undefined): {
   proto: boolean;
   webBotAuth: boolean;
@@ -82,16 +87,19 @@ export function signatureProfiles(header: (name: string) => string | undefined):
   const found = { proto: false, webBotAuth: false };
   const input = header("signature-input");
   if (input === undefined || input.length > MAX_SIGNATURE_HEADER_LENGTH) return found;
+  let other = false;
   try {
     for (const member of parseDictionary(input).values()) {
       if (!isInnerList(member)) continue;
       const keyid = member[1].get("keyid");
       if (member[1].get("tag") === WEB_BOT_AUTH_TAG) found.webBotAuth = true;
       else if (typeof keyid === "string" && keyid.startsWith("did:key:")) found.proto = true;
+      else other = true;
     }
   } catch {
     // Unparsable: neither; the verifier that runs next says why.
   }
+  if (other && !found.proto && header(SIGNATURE_AGENT_HEADER) !== undefined) found.webBotAuth = true;
   return found;
 }
 
