@@ -412,10 +412,10 @@ for (const engine of ENGINES) {
         assert.ok(!agents.requests.some((r) => r.path === `/moved${path}`), "the redirect was not followed");
       });
 
-      test("a directory larger than 64 KiB: 401 invalid_signature", async () => {
+      test("a directory larger than the kit's 256 KiB cap: 401 invalid_signature", async () => {
         const path = `/oversized${HTTP_MESSAGE_SIGNATURES_DIRECTORY}`;
         agents.route(path, { headers: { "content-type": DIRECTORY_MEDIA_TYPE }, body: JSON.stringify({ keys: [] }) });
-        agents.misbehave(path, "oversized");
+        agents.misbehave(path, "oversized", { size: 256 * 1024 + 1024 });
         const answer = await send(
           await signWithPackage(operatorRequest("/whoami", `"${agents.origin()}${path}"`), operator),
         );

@@ -26,14 +26,22 @@ export interface KeyDirectorySourceOptions {
 
 const KNOWN_DIRECTORIES = 10_000;
 
+/**
+ * An attestor's directory lists every agent its people published (our attestor: up to 1,000 by
+ * default, ~140 bytes each), so directories may be large; fewer of them are kept to bound memory
+ * (200 x 1,000 keys at worst, when strangers serve full directories).
+ */
+const DIRECTORY_DEFAULTS = { maxKeys: 1000, maxBytes: 256 * 1024, maxEntries: 200 } as const;
+
 export function keyDirectorySource(options: KeyDirectorySourceOptions): SignatureAgentKeys {
   const fetcher = createSafeFetcher({
     allowPrivate: false,
     resolve: new Map(),
+    maxBytes: options.directory?.maxBytes ?? DIRECTORY_DEFAULTS.maxBytes,
     userAgent: "proto-kit/0.1 (Web Bot Auth key directory)",
     ...options.fetch,
   });
-  const client = new KeyDirectoryClient({ ...options.directory, fetcher, now: options.now });
+  const client = new KeyDirectoryClient({ ...DIRECTORY_DEFAULTS, ...options.directory, fetcher, now: options.now });
   const budget = options.newDirectoriesPerMinute ?? 60;
   const known = new Map<string, true>();
   let minute = -1;
