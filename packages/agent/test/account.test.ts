@@ -155,7 +155,7 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
     }
   });
 
-  test("CLI: `proto call --web-bot-auth` sends both signatures; `single` is a signed agent to the kit's own endpoints", async () => {
+  test("CLI: `proto call --web-bot-auth` sends both signatures; `--web-bot-auth-only` is a signed agent to the kit's own endpoints", async () => {
     const home = tempHome();
     const options = { home, caFile };
     assert.equal((await runCli(["init"], options)).code, 0);
@@ -172,14 +172,20 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
 
     // One Web Bot Auth signature and no attestation: the kit found the key in the directory and
     // sees a signed agent, which its account endpoints challenge.
-    const single = await runCli(["call", me, "--web-bot-auth", "single", "--signature-agent", directoryUrl], options);
+    const single = await runCli(["call", "--web-bot-auth-only", "--signature-agent", directoryUrl, me], options);
     assert.equal(single.code, 4, single.stderr);
     assert.match(single.stdout, /^HTTP 403/);
     assert.match(single.stderr, /^proto: kit_signature_required: A Web Bot Auth signature identifies the agent/m);
 
-    const wrong = await runCli(["call", me, "--web-bot-auth", "sometimes"], options);
+    const wrong = await runCli(["call", me, "--web-bot-auth", "--web-bot-auth-only"], options);
     assert.equal(wrong.code, 2);
-    assert.match(wrong.stderr, /--web-bot-auth is both, single or off/);
+    assert.match(wrong.stderr, /give --web-bot-auth or --web-bot-auth-only, not both/);
+    const badEnv = await runCli(["call", me], { ...options, env: { PROTO_WEB_BOT_AUTH: "sometimes" } });
+    assert.equal(badEnv.code, 2);
+    assert.match(badEnv.stderr, /Web Bot Auth mode must be both, single or off, got "sometimes"/);
+    const noAgent = await runCli(["call", me, "--web-bot-auth"], options);
+    assert.equal(noAgent.code, 2, "no attestor linked, no --signature-agent");
+    assert.match(noAgent.stderr, /link an attestor first .* or give --signature-agent/);
   });
 });
 

@@ -28,7 +28,7 @@ export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/proto\/v1\/claim\/[^/]+$/, "dual"],
   [/^\/proto\/v1\//, "api"],
   [/^\/proto\/owner\/(signout|accounts)/, "api"],
-  [/^\/notes$/, "api"],
+  [/^\/(notes|whoami)$/, "api"],
 ];
 
 export async function startNotesTarget(variant: StoreVariant): Promise<RunningTarget> {
@@ -67,7 +67,7 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
     );
     return Object.entries(signed.headers);
   };
-  const signable = ["POST /notes", "GET /notes", "POST /proto/v1/accounts", "GET /proto/v1/accounts/me"];
+  const signable = ["POST /notes", "GET /notes", "GET /whoami", "POST /proto/v1/accounts", "GET /proto/v1/accounts/me"];
   return {
     name: `notes service (${variant.name})`,
     url: publicUrl,

@@ -344,8 +344,12 @@ function buildProgram(
     )
     .option("--attestor <attestor>", ATTESTOR_HELP)
     .option(
-      "--web-bot-auth [mode]",
-      "sign with Web Bot Auth too: both (proto and Web Bot Auth signatures, default) or single (one Web Bot Auth signature); default from PROTO_WEB_BOT_AUTH",
+      "--web-bot-auth",
+      "sign for Web Bot Auth too: a proto and a Web Bot Auth signature (PROTO_WEB_BOT_AUTH=both)",
+    )
+    .option(
+      "--web-bot-auth-only",
+      "one Web Bot Auth signature instead, for verifiers that take one (PROTO_WEB_BOT_AUTH=single)",
     )
     .option(
       "--signature-agent <url>",
@@ -360,7 +364,8 @@ function buildProgram(
           header: string[];
           endpoint?: string;
           attestor?: string;
-          webBotAuth?: string | boolean;
+          webBotAuth?: boolean;
+          webBotAuthOnly?: boolean;
           signatureAgent?: string;
         },
       ) => {
@@ -379,14 +384,15 @@ function buildProgram(
         if (body !== undefined && (method === "GET" || method === "HEAD")) {
           throw new UsageError("invalid_argument", `a ${method} request cannot have a body (--data)`);
         }
-        const mode =
-          options.webBotAuth === true ? "both" : options.webBotAuth === false ? undefined : options.webBotAuth;
-        if (mode !== undefined && mode !== "both" && mode !== "single" && mode !== "off") {
-          throw new UsageError(
-            "invalid_argument",
-            `--web-bot-auth is both, single or off, got ${JSON.stringify(mode)}`,
-          );
+        if (options.webBotAuth === true && options.webBotAuthOnly === true) {
+          throw new UsageError("invalid_argument", "give --web-bot-auth or --web-bot-auth-only, not both");
         }
+        const mode =
+          options.webBotAuthOnly === true
+            ? "single"
+            : options.webBotAuth === true || options.signatureAgent !== undefined
+              ? "both"
+              : undefined;
         const webBotAuth = a.webBotAuth(mode, options.attestor, options.signatureAgent);
         const discovery = await discoverService(url, { signal: context.signal });
         const attestors = a.attestors(options.attestor);
