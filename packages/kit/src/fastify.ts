@@ -3,15 +3,7 @@
  * instance is the one you pass in.
  */
 import { Readable } from "node:stream";
-import {
-  appendChallenge,
-  attemptedProtocol,
-  ProtoError,
-  refuseMissingHost,
-  routerError,
-  socketErrorResponder,
-  type TransportError,
-} from "@proto/protocol";
+import { ProtoError, refuseMissingHost, routerError, socketErrorResponder, type TransportError } from "@proto/protocol";
 import type {
   FastifyInstance,
   FastifyPluginAsync,
@@ -21,15 +13,12 @@ import type {
   preParsingAsyncHookHandler,
 } from "fastify";
 import { asProtoError, kitError } from "./errors.js";
-import { errorResponse, type KitRequest, type KitResponse, publicUrlFor, toHeaders } from "./http.js";
+import { guardRequest, type RequireAgentOptions } from "./guard.js";
+import { errorResponse, type KitRequest, type KitResponse, mergeChallenges, publicUrlFor, toHeaders } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
-import {
-  SignedAgentChallenge,
-  type SignedAgentIdentity,
-  type SignedAgentPolicy,
-  signedAgentIdentity,
-  signedAgentRefused,
-} from "./signed-agents.js";
+import type { SignedAgentIdentity } from "./signed-agents.js";
+
+export type { RequireAgentOptions } from "./guard.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -49,13 +38,7 @@ function send(reply: FastifyReply, response: KitResponse): FastifyReply {
   reply.code(response.status);
   for (const [name, value] of Object.entries(response.headers)) {
     if (name === "www-authenticate") {
-      // Upstream §5.7: the application's own challenges (a bearer scheme, say) stay, in order; ours follow.
-      const existing = reply.getHeader(name) as string | string[] | undefined;
-      let challenges = existing === undefined ? [] : typeof existing === "string" ? [existing] : existing;
-      for (const challenge of typeof value === "string" ? [value] : value) {
-        challenges = appendChallenge(challenges, challenge);
-      }
-      reply.header(name, challenges);
+      reply.header(name, mergeChallenges(reply.getHeader(name) as string | string[] | undefined, value));
     } else {
       reply.header(name, value);
     }
@@ -105,23 +88,6 @@ export const captureRawBody: preParsingAsyncHookHandler = async (request, _reply
   return stream;
 };
 
-export interface RequireAgentOptions {
-  /** The rate-limit bucket (default `METHOD /route/pattern`). */
-  route?: string;
-  /**
-   * Optional authentication (upstream §5.8): a request without a signature or an attestation goes
-   * through anonymously (`request.proto` null); one that tries the protocol must pass it (401).
-   */
-  optional?: boolean;
-  /**
-   * Callers identified only by a Web Bot Auth signature (a signed agent with no account): `allow`
-   * runs the handler with `request.signedAgent` set and `request.proto` null; `challenge` answers
-   * 403 `kit_signature_required` with `Accept-Signature`; `refuse` answers 403
-   * `kit_signed_agent_refused`. Default: `allow` on optional routes, `challenge` elsewhere.
-   */
-  signedAgents?: SignedAgentPolicy;
-}
-
 /**
  * A `preHandler` that verifies the agent request (signature, replay, revocation, attestation,
  * account: implicit signup, expiry, rate limit, attested session) and sets `request.proto`; errors
@@ -130,26 +96,17 @@ export interface RequireAgentOptions {
 export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHandlerAsyncHookHandler {
   return async function protoRequireAgent(request, reply) {
     const headers = toHeaders(request.headers as Record<string, string | string[] | undefined>);
-    if (options.optional === true && !attemptedProtocol(headers)) return;
-    try {
-      const kitRequest = toKitRequest(kit, request);
+    const route = options.route ?? `${request.method} ${request.routeOptions.url ?? request.url}`;
+    const outcome = await guardRequest(kit, headers, route, options, () => {
       // An empty body is captured as empty: only a body that skipped the hook is a wiring mistake.
       if (!rawBodies.has(request.raw) && request.body !== undefined && request.body !== null) {
         throw new Error("requireAgent: the raw body was not captured; add captureRawBody as a preParsing hook");
       }
-      const route = options.route ?? `${request.method} ${request.routeOptions.url ?? request.url}`;
-      request.proto = await kit.authenticateRequest(kitRequest, route);
-    } catch (error) {
-      if (error instanceof SignedAgentChallenge) {
-        const policy = options.signedAgents ?? (options.optional === true ? "allow" : "challenge");
-        if (policy === "allow") {
-          request.signedAgent = signedAgentIdentity(error.agent);
-          return;
-        }
-        if (policy === "refuse") return send(reply, kit.errorResponse(signedAgentRefused(), { headers }));
-      }
-      return send(reply, kit.errorResponse(error, { headers }));
-    }
+      return toKitRequest(kit, request);
+    });
+    if (!outcome.pass) return send(reply, outcome.response);
+    request.proto = outcome.proto;
+    request.signedAgent = outcome.signedAgent;
   };
 }
 

@@ -1,4 +1,4 @@
-import type { ProtoError } from "@proto/protocol";
+import { appendChallenge, type ProtoError } from "@proto/protocol";
 import { kitError } from "./errors.js";
 
 /** A request as the kit's core sees it, whatever the framework: the public URL and the exact body bytes. */
@@ -46,6 +46,21 @@ export function redirectResponse(location: string, cookies: string[] = []): KitR
     headers: { location, "cache-control": "no-store", ...(cookies.length > 0 ? { "set-cookie": cookies } : {}) },
     body: undefined,
   };
+}
+
+/**
+ * `WWW-Authenticate` values once the kit's challenges are added (upstream §5.7): the application's
+ * own challenges (a bearer scheme, say) stay, in order; the kit's follow.
+ */
+export function mergeChallenges(
+  existing: string | readonly string[] | undefined,
+  added: string | readonly string[],
+): string[] {
+  let challenges: string[] = existing === undefined ? [] : typeof existing === "string" ? [existing] : [...existing];
+  for (const challenge of typeof added === "string" ? [added] : added) {
+    challenges = appendChallenge(challenges, challenge);
+  }
+  return challenges;
 }
 
 /** Headers from a plain object (node:http, Fastify) or a `Headers`. */

@@ -26,6 +26,7 @@ export type {
   AgentContext,
   AttestedSessionOptions,
   AuthenticateOptions,
+  HandleOptions,
   InvitationEvent,
   KitOptions,
   KitRoute,

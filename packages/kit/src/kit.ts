@@ -158,6 +158,14 @@ export interface AuthenticateOptions {
   url?: string;
 }
 
+export interface HandleOptions {
+  /**
+   * The request-target exactly as received, when the runtime still has it (a Fetch `Request` holds
+   * only the serialised URL, which rewrites `'` in a query, say). It must name the request's own URL.
+   */
+  target?: string;
+}
+
 export interface KitRoute {
   method: "GET" | "POST";
   path: string;
@@ -201,7 +209,7 @@ function checkRange(name: string, value: number, min: number, max: number): numb
  * sessions, sign-in) and routes requests to the endpoint modules, one per upstream section:
  * `agent-auth` (§5, §6.3, §10.7), `accounts` (§6.4, §6.5, §8.1), `invitation` (§7.2-7.3), `claim`
  * (§7.4), `email` (the e-mail ceremony, §7.7.1, §12.6) and `owner` (§7.5, §8.2, §8.4). Create it with `createKit`; mount it with `createService`
- * (Fastify) or `kit.handle` (Fetch API).
+ * (Fastify; `@proto/kit/express` and `@proto/kit/hono` have their own) or `kit.handle` (Fetch API).
  */
 export class Kit {
   readonly discovery: DiscoveryDocument;
@@ -477,7 +485,7 @@ export class Kit {
    * The kit's endpoints as a Fetch handler: answers a `Response`, or `undefined` when the request is
    * not for one of them (let your framework continue).
    */
-  async handle(request: Request): Promise<Response | undefined> {
+  async handle(request: Request, options: HandleOptions = {}): Promise<Response | undefined> {
     const { pathname } = new URL(request.url);
     const route = this.#route(request.method.toUpperCase(), pathname);
     if (route === undefined) return undefined;
@@ -487,7 +495,13 @@ export class Kit {
     } catch (error) {
       return toFetchResponse(route.refuse(error, request));
     }
+    if (options.target !== undefined) kitRequest.target = options.target;
     return toFetchResponse(await this.dispatch(kitRequest));
+  }
+
+  /** Whether the kit answers `METHOD pathname` (adapters hand everything else on to the application). */
+  hasRoute(method: string, pathname: string): boolean {
+    return this.#route(method.toUpperCase(), pathname) !== undefined;
   }
 
   /** Runs the kit route for a request in the kit's own shape; 404 `not_found` when there is none. */

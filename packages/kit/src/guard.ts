@@ -1,0 +1,63 @@
+/**
+ * What a guarded route decides, whatever the framework: the verified agent, a signed agent the route
+ * allows, an anonymous caller on an optional route, or the answer that refuses the request. The
+ * Fastify, Express and Hono adapters only translate requests and answers around it.
+ */
+import { attemptedProtocol } from "@proto/protocol";
+import type { KitRequest, KitResponse } from "./http.js";
+import type { AgentContext, Kit } from "./kit.js";
+import {
+  SignedAgentChallenge,
+  type SignedAgentIdentity,
+  type SignedAgentPolicy,
+  signedAgentIdentity,
+  signedAgentRefused,
+} from "./signed-agents.js";
+
+export interface RequireAgentOptions {
+  /** The rate-limit bucket (default `METHOD /route/pattern`). */
+  route?: string;
+  /**
+   * Optional authentication (upstream §5.8): a request without a signature or an attestation goes
+   * through anonymously (`proto` null); one that tries the protocol must pass it (401).
+   */
+  optional?: boolean;
+  /**
+   * Callers identified only by a Web Bot Auth signature (a signed agent with no account): `allow`
+   * runs the handler with `signedAgent` set and `proto` null; `challenge` answers 403
+   * `kit_signature_required` with `Accept-Signature`; `refuse` answers 403
+   * `kit_signed_agent_refused`. Default: `allow` on optional routes, `challenge` elsewhere.
+   */
+  signedAgents?: SignedAgentPolicy;
+}
+
+/** The outcome of a guarded request: go on with what the handler reads, or answer `response`. */
+export type GuardOutcome =
+  | { pass: true; proto: AgentContext | null; signedAgent: SignedAgentIdentity | null }
+  | { pass: false; response: KitResponse };
+
+/**
+ * Runs the guard. `request` builds the kit's view of the request (reading the body may fail: a
+ * body too large is answered like any refusal); it is not called for an anonymous caller of an
+ * optional route, whose body the guard has no reason to read.
+ */
+export async function guardRequest(
+  kit: Kit,
+  headers: Headers,
+  route: string,
+  options: RequireAgentOptions,
+  request: () => KitRequest | Promise<KitRequest>,
+): Promise<GuardOutcome> {
+  if (options.optional === true && !attemptedProtocol(headers)) return { pass: true, proto: null, signedAgent: null };
+  try {
+    const proto = await kit.authenticateRequest(await request(), route);
+    return { pass: true, proto, signedAgent: null };
+  } catch (error) {
+    if (error instanceof SignedAgentChallenge) {
+      const policy = options.signedAgents ?? (options.optional === true ? "allow" : "challenge");
+      if (policy === "allow") return { pass: true, proto: null, signedAgent: signedAgentIdentity(error.agent) };
+      if (policy === "refuse") return { pass: false, response: kit.errorResponse(signedAgentRefused(), { headers }) };
+    }
+    return { pass: false, response: kit.errorResponse(error, { headers }) };
+  }
+}
