@@ -269,10 +269,15 @@ describe("the packages installed from npm pack tarballs outside the workspace", 
         ),
       );
       assert.deepEqual(junk, [], `${p.name} ships no tests, build configuration or dotfiles`);
+      // Built from the sources that ship, and from nothing else (no output of a deleted source).
       for (const path of paths) {
         if (path.startsWith("src/")) {
           const built = path.replace(/^src\//, "dist/").replace(/\.ts$/, ".js");
           assert.ok(paths.has(built), `${p.name}: ${path} has its compiled ${built}`);
+        }
+        if (path.startsWith("dist/") && path.endsWith(".js")) {
+          const source = path.replace(/^dist\//, "src/").replace(/\.js$/, ".ts");
+          assert.ok(paths.has(source), `${p.name}: ${path} is stale, no ${source} (prepack prunes such files)`);
         }
       }
     }
