@@ -37,4 +37,6 @@ else
 fi
 
 echo "test-node: Node $("$dir/bin/node" --version) from $dir" >&2
-PATH="$dir/bin:$PATH" npm test "$@"
+# npm_config_nodedir: native builds inside the tests (tests/packaging installs better-sqlite3) use
+# this Node's headers, not the machine's.
+PATH="$dir/bin:$PATH" npm_config_nodedir="$dir" npm test "$@"
