@@ -46,6 +46,9 @@ export function routerError(code: string | undefined): TransportError | undefine
  * closes (the stream can no longer be trusted). The error's raw packet holds the request's
  * headers, cookies and credentials included, so `log` is given only its code.
  */
+/** How long a refused connection may linger for its answer to be read. */
+const CLOSE_GRACE_MS = 2000;
+
 export function socketErrorResponder(
   envelopeOf: (error: TransportError) => ErrorEnvelope,
   log?: (code: string | undefined, status: number) => void,
@@ -54,16 +57,26 @@ export function socketErrorResponder(
     if (error.code === "ECONNRESET" || socket.destroyed) return;
     const answer = parserError(error.code);
     log?.(error.code, answer.status);
-    if (socket.writable) {
-      const body = JSON.stringify(envelopeOf(answer));
-      socket.write(
-        `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status]}\r\n` +
-          "Content-Type: application/json; charset=utf-8\r\n" +
-          `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-          `Connection: close\r\n\r\n${body}`,
-      );
+    if (!socket.writable) {
+      socket.destroy();
+      return;
     }
-    socket.destroy();
+    const body = JSON.stringify(envelopeOf(answer));
+    // Ended, not destroyed: destroying right after the write can drop the answer (over TLS on
+    // Node 26 the client got a reset instead). What the client still sends is read and dropped, so
+    // closing with unread bytes does not reset the connection either; a client that never lets go
+    // is cut off after a grace period.
+    socket.on("data", () => undefined);
+    socket.resume();
+    socket.end(
+      `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status]}\r\n` +
+        "Content-Type: application/json; charset=utf-8\r\n" +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        `Connection: close\r\n\r\n${body}`,
+    );
+    const grace = setTimeout(() => socket.destroy(), CLOSE_GRACE_MS);
+    grace.unref();
+    socket.once("close", () => clearTimeout(grace));
   };
 }
 

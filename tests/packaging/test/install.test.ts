@@ -261,7 +261,13 @@ describe("the packages installed from npm pack tarballs outside the workspace", 
       }
       // Every export condition (the `source` condition's src/ included) and every bin resolves.
       for (const target of [...exportTargets(manifest.exports), ...Object.values(manifest.bin ?? {})]) {
-        assert.ok(paths.has(target.replace(/^\.\//, "")), `${p.name} ships ${target}, named in its package.json`);
+        const path = target.replace(/^\.\//, "");
+        // A pattern export (`./vectors/*`) must match at least one shipped file.
+        const [prefix = "", suffix = ""] = path.split("*");
+        const ships = path.includes("*")
+          ? [...paths].some((file) => file.startsWith(prefix) && file.endsWith(suffix) && file.length > prefix.length)
+          : paths.has(path);
+        assert.ok(ships, `${p.name} ships ${target}, named in its package.json`);
       }
       const junk = [...paths].filter((path) =>
         /(^|\/)(test|tests|__tests__|coverage|node_modules)\/|\.test\.[cm]?[jt]s$|(^|\/)tsconfig[^/]*\.json$|\.tsbuildinfo$|\.log$|(^|\/)\.[^/]+$/.test(
