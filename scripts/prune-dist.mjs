@@ -27,7 +27,7 @@ function prune(distDir, srcDir) {
     const source = sourceOf(entry.name);
     if (source !== undefined && !existsSync(join(srcDir, source))) {
       rmSync(path);
-      console.error(`prune-dist: removed ${path} (no ${join(srcDir, source)})`);
+      process.stderr.write(`prune-dist: removed ${path} (no ${join(srcDir, source)})\n`);
     } else {
       kept += 1;
     }

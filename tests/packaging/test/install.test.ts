@@ -162,7 +162,6 @@ async function registryProblem(): Promise<string | undefined> {
 
 const unreachable = await registryProblem();
 const skip = unreachable !== undefined && process.env.CI !== "true" ? unreachable : undefined;
-if (skip !== undefined) console.log(`skipped: ${skip}`);
 
 interface PackedFile {
   path: string;

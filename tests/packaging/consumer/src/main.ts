@@ -83,8 +83,9 @@ try {
     if (error instanceof ConfigError) configError = error.name;
   }
 
-  console.log(
-    JSON.stringify({
+  // One JSON document on stdout: what the packaging test reads back.
+  process.stdout.write(
+    `${JSON.stringify({
       freshDidIsDidKey: isDidKey(freshDid),
       agentDid: identity.did,
       accepted: { status: accepted.status, body: await accepted.json() },
@@ -93,7 +94,7 @@ try {
       schemaId: DISCOVERY_SCHEMA_ID,
       schemaFileId: discoverySchema.$id,
       configError,
-    }),
+    })}\n`,
   );
 } finally {
   await app.close();
