@@ -136,6 +136,13 @@ export type {
   SafeResponseHeaders,
 } from "./safe-fetch.js";
 export { createSafeFetcher, parseResolveOverrides, SafeFetchError } from "./safe-fetch.js";
+export type {
+  RawSqliteDatabase,
+  RawSqliteStatement,
+  SqliteRunResult,
+  SqliteStatement,
+} from "./sqlite-handle.js";
+export { SqliteHandle, sqliteHandlesKept } from "./sqlite-handle.js";
 export type { TransportError } from "./transport-errors.js";
 export { parserError, refuseMissingHost, routerError, socketErrorResponder } from "./transport-errors.js";
 export { acceptSignature } from "./web-bot-auth/accept-signature.js";

@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, type TestContext, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { signRequest } from "@proto/protocol";
+import { SqliteHandle, signRequest } from "@proto/protocol";
 import { createTestCA } from "@proto/testkit";
 import BetterSqlite3 from "better-sqlite3";
 import pg from "pg";
@@ -788,13 +788,13 @@ describe("dependency faults: directory and attestor on SQLite", { timeout: CHAOS
   });
 
   const challengesIn = async (hashes: string[]) => {
-    const db = new BetterSqlite3(files().directory, { readonly: true });
+    const db = new SqliteHandle(new BetterSqlite3(files().directory, { readonly: true }));
     try {
       const placeholders = hashes.map(() => "?").join(",");
       if (hashes.length === 0) return 0;
       const row = db
         .prepare(`select count(*) as n from dir_challenges where token_hash in (${placeholders})`)
-        .get(...hashes);
+        .get(hashes);
       return (row as { n: number }).n;
     } finally {
       db.close();
@@ -848,9 +848,13 @@ describe("dependency faults: directory and attestor on SQLite", { timeout: CHAOS
         for (let round = 0; round < ROUNDS; round++) {
           await diskFullRound(s(), disk, "sqlite disk full", challengesIn);
           for (const file of Object.values(files())) {
-            const db = new BetterSqlite3(file, { readonly: true });
+            const db = new SqliteHandle(new BetterSqlite3(file, { readonly: true }));
             try {
-              assert.equal(db.pragma("integrity_check", { simple: true }), "ok", `${file} is intact`);
+              assert.deepEqual(
+                db.prepare("pragma integrity_check").all(),
+                [{ integrity_check: "ok" }],
+                `${file} is intact`,
+              );
             } finally {
               db.close();
             }

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { encodeDidKey } from "@proto/protocol";
+import { encodeDidKey, SqliteHandle } from "@proto/protocol";
 import BetterSqlite3 from "better-sqlite3";
 import { type DirectoryHarness, didPath, type HttpResult, startDirectoryHarness } from "./support/directory.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
@@ -167,10 +167,10 @@ for (const variant of STORE_VARIANTS) {
         // Another process's connection: nothing in this server is told about the write.
         const path = h.databaseUrl.slice("sqlite:".length);
         assert.ok(path.endsWith(".db"), path);
-        const other = new BetterSqlite3(path);
+        const other = new SqliteHandle(new BetterSqlite3(path));
         try {
           const changed = JSON.stringify({ ...first.json, title: "Written elsewhere" });
-          other.prepare("update dir_listings set body = ? where service_did = ?").run(changed, did);
+          other.prepare("update dir_listings set body = ? where service_did = ?").run([changed, did]);
         } finally {
           other.close();
         }

@@ -10,6 +10,7 @@ import { once } from "node:events";
 import { createServer, type ServerResponse } from "node:http";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { SqliteHandle } from "@proto/protocol";
 import { DISCOVERY_PATH } from "@proto/testkit";
 import BetterSqlite3 from "better-sqlite3";
 import { buildDirectoryApp, type DirectoryApp } from "../src/directory/app.js";
@@ -660,7 +661,7 @@ describe("directory mirror (behaviour without an upstream)", () => {
     const counted = recorder(answering(200, { listings: [], next_cursor: null }));
     const other = await startMirror(database, UPSTREAM, { fetch: counted.fetch });
     const leaseUntil = () => {
-      const file = new BetterSqlite3(database.url.slice("sqlite:".length), { readonly: true });
+      const file = new SqliteHandle(new BetterSqlite3(database.url.slice("sqlite:".length), { readonly: true }));
       try {
         return (file.prepare("select lease_until from dir_mirror_state").get() as { lease_until: number }).lease_until;
       } finally {

@@ -2,7 +2,13 @@ import assert from "node:assert/strict";
 import { chmodSync, existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, describe, type TestContext, test } from "node:test";
-import { createAttestationVerifier, privateKeyFromSeed, RemoteKeySet, rawPublicKey } from "@proto/protocol";
+import {
+  createAttestationVerifier,
+  privateKeyFromSeed,
+  RemoteKeySet,
+  rawPublicKey,
+  SqliteHandle,
+} from "@proto/protocol";
 import BetterSqlite3 from "better-sqlite3";
 import { decodeProtectedHeader } from "jose";
 import pg from "pg";
@@ -60,7 +66,7 @@ async function ownHarness(t: TestContext, variant: StoreVariant): Promise<TrustH
 async function signingKeyRows(h: TrustHarness): Promise<{ kid: string; public_x: string; private_enc: string }[]> {
   const query = "select kid, public_x, private_enc from trust_signing_keys order by activate_at";
   if (h.databaseUrl.startsWith("sqlite:")) {
-    const db = new BetterSqlite3(h.databaseUrl.slice("sqlite:".length), { readonly: true });
+    const db = new SqliteHandle(new BetterSqlite3(h.databaseUrl.slice("sqlite:".length), { readonly: true }));
     try {
       return db.prepare(query).all() as { kid: string; public_x: string; private_enc: string }[];
     } finally {

@@ -1,6 +1,6 @@
 import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import type { Recipient } from "@proto/protocol";
+import { type Recipient, SqliteHandle } from "@proto/protocol";
 import BetterSqlite3 from "better-sqlite3";
 import { Kysely, Migrator, PostgresDialect, type SelectQueryBuilder, SqliteDialect, sql } from "kysely";
 import pg from "pg";
@@ -484,12 +484,13 @@ export class KyselyKitStore implements KitStore {
 function openSqlite(path: string): SqliteDialect {
   const memory = path === ":memory:";
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
-  const raw = new BetterSqlite3(memory ? ":memory:" : resolve(path));
-  raw.pragma("journal_mode = WAL");
-  raw.pragma("synchronous = NORMAL");
-  raw.pragma("busy_timeout = 5000");
-  raw.pragma("foreign_keys = ON");
-  return new SqliteDialect({ database: raw });
+  // Wrapped so that better-sqlite3's native objects outlive the garbage collector (Node 24).
+  const handle = new SqliteHandle(new BetterSqlite3(memory ? ":memory:" : resolve(path)));
+  handle.exec("pragma journal_mode = WAL");
+  handle.exec("pragma synchronous = NORMAL");
+  handle.exec("pragma busy_timeout = 5000");
+  handle.exec("pragma foreign_keys = ON");
+  return new SqliteDialect({ database: handle });
 }
 
 function openPostgres(url: string, poolSize: number): PostgresDialect {

@@ -1,5 +1,6 @@
 import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
+import { SqliteHandle } from "@proto/protocol";
 import BetterSqlite3 from "better-sqlite3";
 import { Kysely, type Migration, Migrator, PostgresDialect, sql } from "kysely";
 import pg from "pg";
@@ -62,32 +63,6 @@ const PING_TIMEOUT_MS = 1_500;
 /** Longest a statement may run before PostgreSQL cancels it (our queries take milliseconds). */
 const PG_STATEMENT_TIMEOUT_MS = 10_000;
 
-/**
- * better-sqlite3 prepares a statement on every query Kysely sends; keeping prepared statements
- * by SQL text removes that cost from hot read paths.
- */
-function cachingSqlite(database: BetterSqlite3.Database): BetterSqlite3.Database {
-  const cache = new Map<string, BetterSqlite3.Statement>();
-  const prepare = database.prepare.bind(database);
-  return new Proxy(database, {
-    get(target, property, receiver) {
-      if (property === "prepare") {
-        return (source: string) => {
-          let statement = cache.get(source);
-          if (statement === undefined) {
-            statement = prepare(source);
-            if (cache.size >= 500) cache.clear();
-            cache.set(source, statement);
-          }
-          return statement;
-        };
-      }
-      const value = Reflect.get(target, property, receiver);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-}
-
 /** Address space, not memory: pages are shared with the OS page cache (SQLite caps it at 2 GiB by default). */
 const SQLITE_MMAP_BYTES = 2 ** 31;
 
@@ -95,40 +70,30 @@ const SQLITE_MMAP_BYTES = 2 ** 31;
  * SQLite's own lower() folds ASCII only; searches need the same Unicode case folding as the
  * full-text index and as PostgreSQL, so the connection gets JavaScript's.
  */
-function registerSqliteFunctions(raw: BetterSqlite3.Database): void {
-  raw.function("unicode_lower", { deterministic: true }, (value: unknown) =>
-    typeof value === "string" ? value.toLowerCase() : value,
-  );
+function registerSqliteFunctions(handle: SqliteHandle): void {
+  handle.function("unicode_lower", (value) => (typeof value === "string" ? value.toLowerCase() : value));
 }
 
-function openSqlite(
-  path: string,
-  lockWaitMs: number,
-  reads: SqliteReads,
-): { dialect: LockWaitingSqliteDialect; raw: BetterSqlite3.Database } {
+function openSqlite(path: string, lockWaitMs: number, reads: SqliteReads): LockWaitingSqliteDialect {
   const memory = path === ":memory:";
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
-  const raw = new BetterSqlite3(memory ? ":memory:" : resolve(path));
-  raw.pragma("journal_mode = WAL");
+  const handle = new SqliteHandle(new BetterSqlite3(memory ? ":memory:" : resolve(path)));
+  handle.exec("pragma journal_mode = WAL");
   // NORMAL with WAL keeps every committed transaction across a process crash (only an OS crash
   // can lose the last ones), at a fraction of FULL's fsync cost.
-  raw.pragma("synchronous = NORMAL");
+  handle.exec("pragma synchronous = NORMAL");
   // No synchronous busy wait on the only thread: the dialect waits for the lock asynchronously.
-  raw.pragma("busy_timeout = 0");
-  raw.pragma("foreign_keys = ON");
-  if (!memory && reads.mmap) raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
-  raw.pragma(`cache_size = -${reads.writerCacheMiB * 1024}`);
+  handle.exec("pragma busy_timeout = 0");
+  handle.exec("pragma foreign_keys = ON");
+  if (!memory && reads.mmap) handle.exec(`pragma mmap_size = ${SQLITE_MMAP_BYTES}`);
+  handle.exec(`pragma cache_size = -${reads.writerCacheMiB * 1024}`);
   // Sorts of search candidates stay in memory.
-  raw.pragma("temp_store = MEMORY");
-  registerSqliteFunctions(raw);
-  return { dialect: new LockWaitingSqliteDialect(cachingSqlite(raw), lockWaitMs), raw };
+  handle.exec("pragma temp_store = MEMORY");
+  registerSqliteFunctions(handle);
+  return new LockWaitingSqliteDialect(handle, lockWaitMs);
 }
 
-function openPostgres(
-  url: string,
-  poolSize: number,
-  onConnectionError: (error: Error) => void,
-): { dialect: PostgresDialect; pool: pg.Pool } {
+function openPostgres(url: string, poolSize: number, onConnectionError: (error: Error) => void): PostgresDialect {
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize,
@@ -148,7 +113,7 @@ function openPostgres(
   // discards the broken connection at release, and the next query opens a new one.
   pool.on("error", onConnectionError);
   pool.on("connect", (client) => client.on("error", onConnectionError));
-  return { dialect: new PostgresDialect({ pool }), pool };
+  return new PostgresDialect({ pool });
 }
 
 export function engineOf(url: string): Engine {
@@ -186,37 +151,28 @@ function openSqliteReader(
   path: string,
   reads: SqliteReads,
 ): { read: SyncReader; dataVersion(): number; close(): void } {
-  const raw = new BetterSqlite3(resolve(path), { readonly: true, fileMustExist: true });
+  const handle = new SqliteHandle(new BetterSqlite3(resolve(path), { readonly: true, fileMustExist: true }));
   // WAL readers meet a lock only in recovery; never wait long for it on the only thread.
-  raw.pragma("busy_timeout = 50");
-  if (reads.mmap) raw.pragma(`mmap_size = ${SQLITE_MMAP_BYTES}`);
-  raw.pragma(`cache_size = -${reads.readerCacheMiB * 1024}`);
-  registerSqliteFunctions(raw);
-  const statements = new Map<string, BetterSqlite3.Statement>();
-  const dataVersion = raw.prepare("pragma data_version").pluck();
+  handle.exec("pragma busy_timeout = 50");
+  if (reads.mmap) handle.exec(`pragma mmap_size = ${SQLITE_MMAP_BYTES}`);
+  handle.exec(`pragma cache_size = -${reads.readerCacheMiB * 1024}`);
+  registerSqliteFunctions(handle);
+  const dataVersion = handle.prepare("pragma data_version");
   return {
-    dataVersion: () => dataVersion.get() as number,
-    read(source, parameters) {
-      let statement = statements.get(source);
-      if (statement === undefined) {
-        statement = raw.prepare(source);
-        if (statements.size >= 100) statements.clear();
-        statements.set(source, statement);
-      }
-      return statement.all(...parameters);
-    },
-    close: () => raw.close(),
+    dataVersion: () => (dataVersion.get() as { data_version: number }).data_version,
+    read: (source, parameters) => handle.prepare(source).all(parameters),
+    close: () => handle.close(),
   };
 }
 
 export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions): Promise<Database<DB>> {
   const engine = engineOf(url);
   const reads = options.sqliteReads ?? LARGE_READ_MOSTLY;
-  const opened =
+  const dialect =
     engine === "sqlite"
       ? openSqlite(url.slice("sqlite:".length), options.lockWaitMs ?? 1_500, reads)
       : openPostgres(url, options.poolSize ?? 10, options.onConnectionError ?? (() => undefined));
-  const db = new Kysely<DB>({ dialect: opened.dialect });
+  const db = new Kysely<DB>({ dialect });
   const migrations = options.migrations(engine);
   const migrator = new Migrator({
     db,

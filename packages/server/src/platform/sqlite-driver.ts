@@ -1,11 +1,18 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import type BetterSqlite3 from "better-sqlite3";
+import type { SqliteHandle } from "@proto/protocol";
 import {
   CompiledQuery,
   type DatabaseConnection,
+  type DatabaseIntrospector,
+  type Dialect,
+  type DialectAdapter,
   type Driver,
+  type Kysely,
+  type QueryCompiler,
   type QueryResult,
-  SqliteDialect,
+  SqliteAdapter,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
   type TransactionSettings,
 } from "kysely";
 import { DependencyUnavailable } from "./dependency.js";
@@ -22,18 +29,29 @@ import { DependencyUnavailable } from "./dependency.js";
  * statement inside one meets a lock; read-only transactions (`setAccessMode("read only")`) begin
  * deferred and never need it.
  */
-export class LockWaitingSqliteDialect extends SqliteDialect {
-  readonly #raw: BetterSqlite3.Database;
+export class LockWaitingSqliteDialect implements Dialect {
+  readonly #raw: SqliteHandle;
   readonly #lockWaitMs: number;
 
-  constructor(raw: BetterSqlite3.Database, lockWaitMs: number) {
-    super({ database: raw });
+  constructor(raw: SqliteHandle, lockWaitMs: number) {
     this.#raw = raw;
     this.#lockWaitMs = lockWaitMs;
   }
 
-  override createDriver(): Driver {
+  createDriver(): Driver {
     return new LockWaitingDriver(this.#raw, this.#lockWaitMs);
+  }
+
+  createQueryCompiler(): QueryCompiler {
+    return new SqliteQueryCompiler();
+  }
+
+  createAdapter(): DialectAdapter {
+    return new SqliteAdapter();
+  }
+
+  createIntrospector(db: Kysely<unknown>): DatabaseIntrospector {
+    return new SqliteIntrospector(db);
   }
 }
 
@@ -63,7 +81,7 @@ class LockWaitingDriver implements Driver {
   readonly #mutex = new Mutex();
   readonly #connection: LockWaitingConnection;
 
-  constructor(raw: BetterSqlite3.Database, lockWaitMs: number) {
+  constructor(raw: SqliteHandle, lockWaitMs: number) {
     this.#connection = new LockWaitingConnection(raw, this.#mutex, lockWaitMs);
   }
 
@@ -97,12 +115,12 @@ class LockWaitingDriver implements Driver {
 }
 
 class LockWaitingConnection implements DatabaseConnection {
-  readonly #raw: BetterSqlite3.Database;
+  readonly #raw: SqliteHandle;
   readonly #mutex: Mutex;
   readonly #lockWaitMs: number;
   #release: (() => void) | undefined;
 
-  constructor(raw: BetterSqlite3.Database, mutex: Mutex, lockWaitMs: number) {
+  constructor(raw: SqliteHandle, mutex: Mutex, lockWaitMs: number) {
     this.#raw = raw;
     this.#mutex = mutex;
     this.#lockWaitMs = lockWaitMs;
@@ -145,13 +163,12 @@ class LockWaitingConnection implements DatabaseConnection {
   }
 
   async *streamQuery<R>(query: CompiledQuery): AsyncIterableIterator<QueryResult<R>> {
-    const statement = this.#raw.prepare(query.sql);
-    for (const row of statement.iterate(query.parameters as unknown[])) yield { rows: [row as R] };
+    for (const row of this.#raw.prepare(query.sql).iterate(query.parameters)) yield { rows: [row as R] };
   }
 
   #run<R>(query: CompiledQuery): QueryResult<R> {
     const statement = this.#raw.prepare(query.sql);
-    const parameters = query.parameters as unknown[];
+    const parameters = query.parameters;
     if (statement.reader) return { rows: statement.all(parameters) as R[] };
     const { changes, lastInsertRowid } = statement.run(parameters);
     return { numAffectedRows: BigInt(changes), insertId: BigInt(lastInsertRowid), rows: [] };

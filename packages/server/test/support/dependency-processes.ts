@@ -276,7 +276,7 @@ const BETTER_SQLITE3 = createRequire(import.meta.url).resolve("better-sqlite3");
 const HOLD_LOCK_SCRIPT = `
 const Database = require(process.argv[1]);
 const db = new Database(process.argv[2]);
-db.pragma("busy_timeout = 10000");
+db.exec("pragma busy_timeout = 10000");
 db.exec("BEGIN IMMEDIATE");
 process.stdout.write("locked\\n");
 setTimeout(() => { db.exec("COMMIT"); db.close(); process.exit(0); }, Number(process.argv[3]));
