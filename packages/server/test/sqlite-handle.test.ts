@@ -9,8 +9,8 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { SqliteHandle, sqliteHandlesKept } from "@proto/protocol";
 import BetterSqlite3 from "better-sqlite3";
 
@@ -20,7 +20,16 @@ describe("SqliteHandle", () => {
   test("a thousand connections opened, used and closed under constant collection: the process lives", () => {
     const child = spawnSync(
       process.execPath,
-      ["--min-semi-space-size=1", "--max-semi-space-size=1", "--conditions=source", "--import", "tsx", CHURN, "5", "200"],
+      [
+        "--min-semi-space-size=1",
+        "--max-semi-space-size=1",
+        "--conditions=source",
+        "--import",
+        "tsx",
+        CHURN,
+        "5",
+        "200",
+      ],
       { encoding: "utf8", timeout: 120_000 },
     );
     assert.equal(child.stderr.includes("Assertion failed"), false, child.stderr);
