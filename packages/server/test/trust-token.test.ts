@@ -4,7 +4,13 @@ import { after, before, describe, test } from "node:test";
 import { createAttestationVerifier, RemoteKeySet } from "@proto/protocol";
 import { createLocalJWKSet, decodeProtectedHeader, type JWTPayload, jwtVerify } from "jose";
 import pg from "pg";
-import { POSTGRES_URL, reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
+import {
+  createTestDatabase,
+  POSTGRES_URL,
+  reportSkippedVariants,
+  STORE_VARIANTS,
+  uniquePrefix,
+} from "./support/stores.js";
 import {
   type Agent,
   assertError,
@@ -357,6 +363,42 @@ for (const variant of STORE_VARIANTS) {
       assertError(other, 429, "rate_limited");
       await h.advance(60);
       assert.equal((await h.mint(agent, AUD)).status, 200);
+    });
+
+    test("requests refused before their nonce is checked count against the address too", async () => {
+      const { agent } = await h.link();
+      await h.alignTo(60);
+      for (let i = 0; i < 60; i++) {
+        const forged = await h.mint(agent, AUD, { sentBody: JSON.stringify({ aud: `${AUD}x` }) });
+        assertError(forged, 401, "invalid_signature");
+      }
+      assertError(await h.mint(agent, AUD), 429, "rate_limited");
+      await h.advance(60);
+      assert.equal((await h.mint(agent, AUD)).status, 200);
+    });
+  });
+
+  describe(`per-binding daily token limit, across attestors on one database (${variant.name})`, () => {
+    test("two attestors share one count: the limit holds wherever the mints land", async () => {
+      const database = await createTestDatabase(variant.engine);
+      const env = { TRUST_PER_BINDING_DAILY_TOKEN_LIMIT: "4", TRUST_RATE_LIMITS: "token=1000/60" };
+      const redisPrefix = uniquePrefix("trust-replicas");
+      const first = await startTrustHarness(variant, { database, env, redisPrefix });
+      const second = await startTrustHarness(variant, { database, env, redisPrefix });
+      try {
+        const { agent } = await first.link();
+        await first.alignTo(DAY);
+        await second.advance((await first.nowMs()) / 1000 - (await second.nowMs()) / 1000);
+        const statuses: number[] = [];
+        for (let i = 0; i < 6; i++) statuses.push((await (i % 2 === 0 ? first : second).mint(agent, AUD)).status);
+        assert.deepEqual(statuses, [200, 200, 200, 200, 429, 429]);
+        await second.advance(DAY);
+        assert.equal((await second.mint(agent, AUD)).status, 200, "a new day, a new count");
+      } finally {
+        await second.close();
+        await first.close();
+        await database.drop();
+      }
     });
   });
 

@@ -55,6 +55,11 @@ export interface VerifiedRequest {
 export interface FetchVerifyOptions {
   /** The URL the client signed, when the server sees another one (a proxy in front). */
   url?: string;
+  /**
+   * Where this request's nonce is remembered, instead of the verifier's store: one that does
+   * more in the same round trip (counts the client's rate limit with it, say). Same contract.
+   */
+  nonceStore?: NonceStore;
 }
 
 export interface RequestVerifier {
@@ -173,7 +178,7 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
   const now = options.now ?? Date.now;
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
 
-  async function verifyMessage(message: SignedMessage): Promise<VerifiedRequest> {
+  async function verifyMessage(message: SignedMessage, nonceStore: NonceStore): Promise<VerifiedRequest> {
     const parsed = parseSignature(message, options.label);
     let publicKey: ReturnType<typeof didKeyToPublicKey>;
     try {
@@ -196,7 +201,7 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
     }
     checkEd25519(message, parsed.candidate, publicKey);
     const ttl = parsed.expires + skew - nowSeconds;
-    if (!(await options.nonceStore.seen(parsed.keyid, parsed.nonce, ttl, parsed.created))) {
+    if (!(await nonceStore.seen(parsed.keyid, parsed.nonce, ttl, parsed.created))) {
       throw protoError("replayed_nonce");
     }
     return {
@@ -223,7 +228,7 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
         }
         throw error;
       }
-      return verifyMessage(message);
+      return verifyMessage(message, fetchOptions.nonceStore ?? options.nonceStore);
     },
   };
 }

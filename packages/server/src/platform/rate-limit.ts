@@ -197,17 +197,27 @@ export interface RedisRateLimiterOptions {
 // counter without a TTL (a permanent block). A key already at the limit is not incremented, so
 // a flood of denied hits writes nothing. The PTTL check also repairs a key that somehow has no
 // expiry. Returns {allowed (1|0), count}.
-const HIT_SCRIPT = `
-local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-local allowed = 0
-if count < tonumber(ARGV[2]) then
-  count = redis.call('INCR', KEYS[1])
-  allowed = 1
+/**
+ * Counts one hit of a counter key unless it is at its limit; answers {allowed 0|1, count}. A Lua
+ * function, so that a script that checks more in the same round trip (the attestor's nonces) counts
+ * exactly as the limiter does.
+ */
+export const REDIS_HIT_FUNCTION = `
+local function hit(key, ttl, limit)
+  local count = tonumber(redis.call('GET', key) or '0')
+  local allowed = 0
+  if count < tonumber(limit) then
+    count = redis.call('INCR', key)
+    allowed = 1
+  end
+  if redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, ttl)
+  end
+  return {allowed, count}
 end
-if redis.call('PTTL', KEYS[1]) == -1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-end
-return {allowed, count}
+`;
+const HIT_SCRIPT = `${REDIS_HIT_FUNCTION}
+return hit(KEYS[1], ARGV[1], ARGV[2])
 `;
 const HIT_SCRIPT_SHA = createHash("sha1").update(HIT_SCRIPT).digest("hex");
 
@@ -215,6 +225,32 @@ const HIT_SCRIPT_SHA = createHash("sha1").update(HIT_SCRIPT).digest("hex");
 // still finds the count instead of recreating it at zero. A window's key is never reused after
 // the window, so the extra life costs only memory.
 const EXPIRY_GRACE_MS = 10_000;
+
+export interface RedisCounter {
+  key: string;
+  limit: number;
+  /** How long the key lives: to the window's end, and a grace. */
+  ttlMs: number;
+  /** The decision from the reply of `hit` ({allowed, count}). */
+  decide(reply: unknown): RateLimitDecision;
+}
+
+/** The Redis counter of `rule` for `key` at `now` (the window index is part of the key). */
+export function redisCounter(prefix: string, rule: RateLimitRule, key: string, now: number): RedisCounter {
+  validateRule(rule);
+  const { index, resetAt } = currentWindow(rule, now);
+  return {
+    key: `${prefix}${counterId(rule, key)}:${index}`,
+    limit: rule.limit,
+    ttlMs: Math.max(1, resetAt - now) + EXPIRY_GRACE_MS,
+    decide(reply) {
+      if (!Array.isArray(reply) || typeof reply[0] !== "number" || typeof reply[1] !== "number") {
+        throw new Error("rate limit script returned an unexpected reply");
+      }
+      return decide(rule, reply[0] === 1, reply[1], now, resetAt);
+    },
+  };
+}
 
 /**
  * Counters in Redis, shared by every replica. The window index comes from the injected clock and
@@ -235,16 +271,8 @@ export class RedisRateLimiter implements RateLimiter {
   }
 
   async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
-    validateRule(rule);
-    const now = this.#clock.now();
-    const { index, resetAt } = currentWindow(rule, now);
-    const redisKey = `${this.#prefix}${counterId(rule, key)}:${index}`;
-    const ttlMs = Math.max(1, resetAt - now) + EXPIRY_GRACE_MS;
-    const reply = await this.#run(redisKey, String(ttlMs), String(rule.limit));
-    if (!Array.isArray(reply) || typeof reply[0] !== "number" || typeof reply[1] !== "number") {
-      throw new Error("rate limit script returned an unexpected reply");
-    }
-    return decide(rule, reply[0] === 1, reply[1], now, resetAt);
+    const counter = redisCounter(this.#prefix, rule, key, this.#clock.now());
+    return counter.decide(await this.#run(counter.key, String(counter.ttlMs), String(counter.limit)));
   }
 
   async close(): Promise<void> {

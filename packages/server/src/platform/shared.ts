@@ -62,6 +62,11 @@ function redisClient(url: string): Redis {
   });
 }
 
+/** Where the rate limiter keeps its counters in Redis, under a service's prefix. */
+export function rateLimitPrefix(redisPrefix: string): string {
+  return `${redisPrefix}rl:`;
+}
+
 export function createPlatformParts(config: PlatformConfig, options: PlatformPartsOptions): PlatformParts {
   const base = options.clock ?? systemClock;
   const testClock = config.testHooks ? (base instanceof AdjustableClock ? base : new AdjustableClock(base)) : undefined;
@@ -77,7 +82,7 @@ export function createPlatformParts(config: PlatformConfig, options: PlatformPar
     redis === undefined
       ? new MemoryRateLimiter({ clock })
       : new FallbackRateLimiter(
-          new RedisRateLimiter({ redis, clock, keyPrefix: `${options.redisPrefix}rl:` }),
+          new RedisRateLimiter({ redis, clock, keyPrefix: rateLimitPrefix(options.redisPrefix) }),
           new MemoryRateLimiter({ clock }),
           {
             onFailure: (error) => dependencies.failed("redis", error),

@@ -6,7 +6,8 @@ import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
 import { registerOpenApi } from "../platform/openapi.js";
-import { createPlatformParts } from "../platform/shared.js";
+import type { RateLimitRule } from "../platform/rate-limit.js";
+import { createPlatformParts, rateLimitPrefix } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { TrustConfig } from "./config.js";
 import { KeyRing } from "./keys.js";
@@ -17,7 +18,7 @@ import { oidcProvider } from "./oidc/provider.js";
 import { paymentWiring, withExtraPages } from "./payment/plugin.js";
 import type { PaymentFetch } from "./payment/provider.js";
 import type { PaymentLimits } from "./payment/routes.js";
-import { ReplayStore } from "./replay-store.js";
+import { countingLocally, ReplayStore } from "./replay-store.js";
 import { TRUST_OPENAPI, trustRoutes } from "./routes.js";
 import { TrustService } from "./service.js";
 import { MAX_ATTESTATION_TTL_SECONDS } from "./settings.js";
@@ -51,11 +52,12 @@ export interface TrustAppOptions {
 export async function buildTrustApp(config: TrustConfig, options: TrustAppOptions = {}): Promise<TrustApp> {
   const prefix = options.redisPrefix ?? "proto:trust:";
   const metrics = new ServiceMetrics("trust");
+  const onRateLimited = (rule: RateLimitRule) => metrics.rateLimited(rule.name);
   let database: Database<TrustSchema> | undefined;
   const parts = createPlatformParts(config.platform, {
     redisPrefix: prefix,
     ...(options.clock ? { clock: options.clock } : {}),
-    onRateLimited: (rule) => metrics.rateLimited(rule.name),
+    onRateLimited,
     databaseProbe: async () => (await database?.ping()) ?? false,
     redisRequired: true,
   });
@@ -87,6 +89,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
           db: database.db,
           clock: parts.clock,
           keyPrefix: `${prefix}nonce:`,
+          rateLimitPrefix: rateLimitPrefix(prefix),
           skewSeconds: DEFAULT_SKEW_SECONDS,
           onLoss: (epoch) =>
             app.log.warn(
@@ -100,6 +103,11 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     keys,
     limiter: parts.limiter,
     nonceStore,
+    countingNonces: (rule, key) =>
+      nonceStore instanceof ReplayStore
+        ? nonceStore.counting(rule, key, onRateLimited)
+        : countingLocally(parts.limiter, nonceStore, rule, key),
+    onRateLimited,
     pseudonymKey: config.secrets.pseudonymKey,
     publicUrl: config.publicUrl,
     settings: config.settings,

@@ -121,6 +121,22 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0004_state": state(),
     "0005_binding_services": bindingServices(engine),
     "0006_wba_directory": wbaDirectory(engine),
+    "0007_mint_day": mintDay(engine),
+  };
+}
+
+/**
+ * Each binding's mints of the current day (the fixed window of the per-binding daily limit,
+ * `floor(now / window)`): counted by the statement that records the mint, so the limit holds
+ * exactly across replicas and restarts with no other store, and the mint stays one statement.
+ */
+function mintDay(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql.raw(`alter table trust_bindings add column mint_day ${bigint} not null default 0`).execute(db);
+      await sql.raw("alter table trust_bindings add column mint_day_count integer not null default 0").execute(db);
+    },
   };
 }
 
@@ -213,6 +229,9 @@ export interface TrustSchema extends HumanSideSchema, PaymentSchema {
     revoked_at: number | null;
     /** When the person published this agent's key for Web Bot Auth; null: not published. */
     wba_published_at: number | null;
+    /** The daily window (`floor(now / window)`) that `mint_day_count` counts mints of. */
+    mint_day: number;
+    mint_day_count: number;
   };
   trust_link_requests: {
     id: string;

@@ -13,15 +13,18 @@ import {
   type RequestVerifier,
   VERIFICATION_METHODS,
   type VerificationMethod,
+  type VerifiedRequest,
 } from "@proto/protocol";
 import type { Clock } from "../platform/clock.js";
 import type { Database } from "../platform/database.js";
 import { isUniqueViolation } from "../platform/database.js";
+import { DependencyUnavailable } from "../platform/dependency.js";
 import { ApiError, invalidRequest, notFound, rateLimited, unauthorized } from "../platform/errors.js";
-import { type RateLimiter, rateLimitKey } from "../platform/rate-limit.js";
+import { type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
 import { randomToken } from "../platform/tokens.js";
 import type { KeyRing, SigningKey } from "./keys.js";
 import type { BindingRow, BindingServiceRow, TrustSchema } from "./migrations.js";
+import type { CountedNonceStore } from "./replay-store.js";
 import type { TrustSettings } from "./settings.js";
 import * as store from "./store.js";
 import { type DirectoryKey, directoryKeyOf, isPublishable, wbaDirectoryUrl } from "./web-bot-auth.js";
@@ -64,6 +67,10 @@ export const SERVICE_USE_REFRESH_MS = 10 * 60 * 1000;
 export const SERVICES_SHOWN_PER_BINDING = 50;
 
 /** Final for that service until the person restores it; other services are unaffected. */
+function verificationRequired(): ApiError {
+  return new ApiError(403, "verification_required", "the person has no active verification method");
+}
+
 function serviceSuspended(aud: string, publicUrl: string): ApiError {
   return new ApiError(
     ATTESTOR_ERRORS.service_suspended.status,
@@ -124,6 +131,13 @@ export interface TrustServiceDeps {
   keys: KeyRing;
   limiter: RateLimiter;
   nonceStore: NonceStore;
+  /**
+   * A nonce store for one token request that counts the client's rate limit (`rule`, `key`) with
+   * the nonce, in one round trip where they live in Redis (ReplayStore.counting).
+   */
+  countingNonces(rule: RateLimitRule, key: string): CountedNonceStore;
+  /** Told about each request a limit the service counts itself (the daily one) refuses. */
+  onRateLimited(rule: RateLimitRule): void;
   pseudonymKey: Buffer;
   publicUrl: string;
   settings: TrustSettings;
@@ -285,6 +299,8 @@ export class TrustService {
           revoked_at: null,
           // The same key and the same person: a published key stays published, in its place.
           wba_published_at: live !== undefined && live.human_id === humanId ? live.wba_published_at : null,
+          mint_day: 0,
+          mint_day_count: 0,
         };
         await store.insertBinding(trx, binding);
         // The same person re-linking: the services and suspensions carry over to the new binding.
@@ -310,9 +326,26 @@ export class TrustService {
     await store.transitionLinkRequest(this.#db, reqId, "pending", { state: "declined", resolved_at: this.#now() });
   }
 
-  /** `POST /v1/token`: a signed request from an agent becomes an attestation for `aud`. */
-  async mint(request: RawRequest): Promise<Minted> {
-    const verified = await this.#verifier.verify(request, { url: this.tokenUrl });
+  /**
+   * `POST /v1/token`: a signed request from an agent, from the address `clientIp`, becomes an
+   * attestation for `aud`. On the way: one Redis round trip at most (the address's rate limit and
+   * the nonce, together) and one SQL statement (recordMint), unless something is refused.
+   */
+  async mint(request: RawRequest, clientIp: string): Promise<Minted> {
+    const rules = this.#deps.settings.rateLimits;
+    const client = rateLimitKey("ip", clientIp);
+    const nonces = this.#deps.countingNonces(rules.token, client);
+    let verified: VerifiedRequest;
+    try {
+      verified = await this.#verifier.verify(request, { url: this.tokenUrl, nonceStore: nonces });
+    } catch (error) {
+      // Refused before its nonce was looked at: the attempt still counts against the address.
+      if (!nonces.counted()) {
+        const decision = await this.#deps.limiter.hit(rules.token, client);
+        if (!decision.allowed) throw rateLimited(decision.retryAfterSeconds);
+      }
+      throw error;
+    }
     const agentDid = verified.keyid;
     let body: unknown;
     try {
@@ -324,29 +357,24 @@ export class TrustService {
     if (typeof aud !== "string" || aud.length > 2048 || !/^did:(web|key):.+/.test(aud) || !isDidSyntax(aud)) {
       throw invalidRequest("aud must be the destination service DID (did:web: or did:key:)");
     }
-    const context = await store.mintContext(this.#db, agentDid, aud);
     const now = this.#now();
-    if (context === undefined) throw unauthorized("this agent is not linked to a person; run the link flow");
-    const { binding, service } = context;
-    if (binding.revoked_at !== null) throw new ApiError(403, "binding_revoked", "the person revoked this binding");
-    if (binding.expires_at <= now) throw new ApiError(410, "binding_expired", "the binding lapsed; link again");
-    const verification = strongestMethod(context.methods);
-    if (verification === undefined) {
-      throw new ApiError(403, "verification_required", "the person has no active verification method");
-    }
-    if (service?.suspended_at != null) throw serviceSuspended(aud, this.#deps.publicUrl);
-    const daily = await this.#deps.limiter.hit(
-      this.#deps.settings.rateLimits.tokenPerBinding,
-      rateLimitKey("binding", binding.id),
-    );
-    if (!daily.allowed) throw rateLimited(daily.retryAfterSeconds, "the daily token limit of this binding is reached");
-
+    const daily = rules.tokenPerBinding;
+    const windowMs = daily.windowSeconds * 1000;
+    const day = Math.floor(now / windowMs);
     const bindingExpiresAt = now + this.#deps.settings.bindingInactivitySeconds * 1000;
-    if (!(await store.recordMint(this.#db, binding.id, now, bindingExpiresAt))) {
-      throw new ApiError(403, "binding_revoked", "the person revoked this binding");
+    const minted = await store.recordMint(this.#db, { agentDid, aud, now, expiresAt: bindingExpiresAt, day });
+    if (minted === undefined) throw await this.#whyNoMint(agentDid, aud, now);
+    if (minted.day_count > daily.limit) {
+      this.#deps.onRateLimited(daily);
+      throw rateLimited(
+        Math.max(1, Math.ceil(((day + 1) * windowMs - now) / 1000)),
+        "the daily token limit of this binding is reached",
+      );
     }
-    if (service === undefined || now - service.last_mint_at >= SERVICE_USE_REFRESH_MS) {
-      await store.recordServiceUse(this.#db, binding.id, aud, now);
+    const verification = strongestMethod(minted.methods);
+    if (verification === undefined) throw verificationRequired();
+    if (minted.service_last_mint_at === null || now - minted.service_last_mint_at >= SERVICE_USE_REFRESH_MS) {
+      await store.recordServiceUse(this.#db, minted.id, aud, now);
     }
     await this.#deps.keys.fresh();
     const key = this.#deps.keys.signingKey();
@@ -362,7 +390,7 @@ export class TrustService {
         iss: ATTESTATION_ISSUER,
         aud,
         sub: agentDid,
-        sub_h: this.pseudonym(binding.human_id, aud),
+        sub_h: this.pseudonym(minted.human_id, aud),
         iat,
         exp,
         verification,
@@ -370,6 +398,22 @@ export class TrustService {
       key.privateKey,
     );
     return { jwt, expires_at: exp, verification, binding_expires_at: seconds(bindingExpiresAt) };
+  }
+
+  /**
+   * Why an agent that proved its key cannot mint for `aud` (recordMint recorded nothing): the
+   * error of the first check its binding fails, in the contract's order.
+   */
+  async #whyNoMint(agentDid: string, aud: string, now: number): Promise<Error> {
+    const context = await store.mintContext(this.#db, agentDid, aud);
+    if (context === undefined) return unauthorized("this agent is not linked to a person; run the link flow");
+    const { binding, service } = context;
+    if (binding.revoked_at !== null) return new ApiError(403, "binding_revoked", "the person revoked this binding");
+    if (binding.expires_at <= now) return new ApiError(410, "binding_expired", "the binding lapsed; link again");
+    if (strongestMethod(context.methods) === undefined) return verificationRequired();
+    if (service?.suspended_at != null) return serviceSuspended(aud, this.#deps.publicUrl);
+    // It could mint a moment ago, and cannot now; it can again by the time it retries.
+    return new DependencyUnavailable("database", "the binding changed while minting; retry", 1);
   }
 
   /** Revokes a binding on behalf of its human; answers the revocation time. */

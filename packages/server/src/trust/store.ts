@@ -1,3 +1,4 @@
+import { VERIFICATION_METHODS } from "@proto/protocol";
 import { type Kysely, sql, type Transaction } from "kysely";
 import type { BindingRow, BindingServiceRow, LinkRequestRow, TrustSchema } from "./migrations.js";
 
@@ -150,6 +151,8 @@ export async function mintContext(
     expires_at: first.expires_at,
     revoked_at: first.revoked_at,
     wba_published_at: first.wba_published_at,
+    mint_day: first.mint_day,
+    mint_day_count: first.mint_day_count,
   };
   const methods: string[] = [];
   for (const row of rows) if (row.method !== null) methods.push(row.method);
@@ -260,15 +263,68 @@ export async function revokeBinding(db: Db, id: string, now: number): Promise<bo
   return Number(result.numUpdatedRows) === 1;
 }
 
+export interface MintRecord {
+  /** The binding that minted. */
+  id: string;
+  human_id: string;
+  /** Its mints in the current daily window, this one included. */
+  day_count: number;
+  /** The verification methods in force for its person. */
+  methods: string[];
+  /** The pair (binding, aud)'s last recorded use; null before its first mint for `aud`. */
+  service_last_mint_at: number | null;
+}
+
 /**
- * Records a mint and re-arms the inactivity window, unless the binding was revoked meanwhile.
- * Plain SQL: it runs on every mint (see mintContext).
+ * The mint's one statement. The agent's latest binding, if it can mint for `aud` now (not
+ * revoked, not lapsed, its person holding a verification method in force, `aud` not suspended),
+ * records the mint: its last use, the inactivity window re-armed to `expiresAt`, and one more in
+ * the day's count (`day` is the daily window's index; a new day starts the count afresh). It
+ * answers what the token needs. Undefined when the binding cannot mint (mintContext says why).
+ * Plain SQL: the query builder's per-call cost is measurable on the attestor's hot path.
  */
-export async function recordMint(db: Db, id: string, now: number, expiresAt: number): Promise<boolean> {
-  const result = await sql`
-    update trust_bindings set last_mint_at = ${now}, expires_at = ${expiresAt}
-    where id = ${id} and revoked_at is null`.execute(db);
-  return Number(result.numAffectedRows) === 1;
+export async function recordMint(
+  db: Db,
+  mint: { agentDid: string; aud: string; now: number; expiresAt: number; day: number },
+): Promise<MintRecord | undefined> {
+  const { agentDid, aud, now, expiresAt, day } = mint;
+  const hasMethod = (method: string) => sql`exists (
+    select 1 from trust_verifications v
+    where v.human_id = trust_bindings.human_id and v.method = ${method} and v.revoked_at is null)`;
+  const { rows } = await sql<Record<string, unknown>>`
+    update trust_bindings set
+      last_mint_at = ${now},
+      expires_at = ${expiresAt},
+      mint_day_count = case when mint_day = ${day} then mint_day_count + 1 else 1 end,
+      mint_day = ${day}
+    where id = (
+        select id from trust_bindings where agent_did = ${agentDid}
+        order by revoked_at desc nulls first, created_at desc
+        limit 1)
+      and revoked_at is null and expires_at > ${now}
+      and exists (
+        select 1 from trust_verifications v
+        where v.human_id = trust_bindings.human_id and v.revoked_at is null)
+      and not exists (
+        select 1 from trust_binding_services s
+        where s.binding_id = trust_bindings.id and s.aud = ${aud} and s.suspended_at is not null)
+    returning id, human_id, mint_day_count,
+      (select s.last_mint_at from trust_binding_services s
+        where s.binding_id = trust_bindings.id and s.aud = ${aud}) as service_last_mint_at,
+      ${sql.join(
+        VERIFICATION_METHODS.map((method, i) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${i}`)}`),
+      )}`.execute(db);
+  const row = rows[0];
+  if (row === undefined) return undefined;
+  const last = row.service_last_mint_at;
+  return {
+    id: row.id as string,
+    human_id: row.human_id as string,
+    day_count: Number(row.mint_day_count),
+    // PostgreSQL answers booleans, SQLite 0 or 1.
+    methods: VERIFICATION_METHODS.filter((_, i) => Boolean(row[`has_method_${i}`])),
+    service_last_mint_at: last === null || last === undefined ? null : Number(last),
+  };
 }
 
 export async function setBindingExpiry(db: Db, id: string, expiresAt: number): Promise<boolean> {

@@ -121,6 +121,8 @@ export async function startTrustHarness(
     env?: Record<string, string>;
     /** A database the caller owns (kept on close), e.g. to restart the attestor on the same data. */
     database?: TestDatabase;
+    /** Redis keys shared with another harness (replicas of one deployment); dropped by every close. */
+    redisPrefix?: string;
     /** The port to listen on (default: any free one); set it with `TRUST_PUBLIC_URL` = the real URL. */
     port?: number;
     /** Where the attestor logs (default: nowhere). */
@@ -129,7 +131,7 @@ export async function startTrustHarness(
 ): Promise<TrustHarness> {
   const ownsDatabase = options.database === undefined;
   const database: TestDatabase = options.database ?? (await createTestDatabase(variant.engine));
-  const redisPrefix = uniquePrefix("trust");
+  const redisPrefix = options.redisPrefix ?? uniquePrefix("trust");
   const publicUrl = options.env?.TRUST_PUBLIC_URL ?? "https://trust.test";
   const env = { ...trustTestEnv(variant, database.url, publicUrl), ...options.env };
   const app = await buildTrustApp(readTrustConfig(env), { logStream: options.logStream ?? quietLog(), redisPrefix });
