@@ -67,6 +67,16 @@ export const SERVICE_USE_REFRESH_MS = 10 * 60 * 1000;
 export const SERVICES_SHOWN_PER_BINDING = 50;
 
 /** Final for that service until the person restores it; other services are unaffected. */
+/**
+ * The per-binding daily limit's fixed window at `now` (windows aligned on `floor(now / window)`,
+ * as the rate limiter's): its index, and the whole seconds until it ends.
+ */
+function dailyWindow(rule: RateLimitRule, now: number): { day: number; secondsLeft: number } {
+  const windowMs = rule.windowSeconds * 1000;
+  const day = Math.floor(now / windowMs);
+  return { day, secondsLeft: Math.max(1, Math.ceil(((day + 1) * windowMs - now) / 1000)) };
+}
+
 function verificationRequired(): ApiError {
   return new ApiError(403, "verification_required", "the person has no active verification method");
 }
@@ -359,18 +369,17 @@ export class TrustService {
     }
     const now = this.#now();
     const daily = rules.tokenPerBinding;
-    const windowMs = daily.windowSeconds * 1000;
-    const day = Math.floor(now / windowMs);
+    const { day } = dailyWindow(daily, now);
     const bindingExpiresAt = now + this.#deps.settings.bindingInactivitySeconds * 1000;
-    const minted = await store.recordMint(this.#db, { agentDid, aud, now, expiresAt: bindingExpiresAt, day });
+    const minted = await store.recordMint(this.#db, {
+      agentDid,
+      aud,
+      now,
+      expiresAt: bindingExpiresAt,
+      day,
+      dailyLimit: daily.limit,
+    });
     if (minted === undefined) throw await this.#whyNoMint(agentDid, aud, now);
-    if (minted.day_count > daily.limit) {
-      this.#deps.onRateLimited(daily);
-      throw rateLimited(
-        Math.max(1, Math.ceil(((day + 1) * windowMs - now) / 1000)),
-        "the daily token limit of this binding is reached",
-      );
-    }
     const verification = strongestMethod(minted.methods);
     if (verification === undefined) throw verificationRequired();
     if (minted.service_last_mint_at === null || now - minted.service_last_mint_at >= SERVICE_USE_REFRESH_MS) {
@@ -412,6 +421,12 @@ export class TrustService {
     if (binding.expires_at <= now) return new ApiError(410, "binding_expired", "the binding lapsed; link again");
     if (strongestMethod(context.methods) === undefined) return verificationRequired();
     if (service?.suspended_at != null) return serviceSuspended(aud, this.#deps.publicUrl);
+    const daily = this.#deps.settings.rateLimits.tokenPerBinding;
+    const { day, secondsLeft } = dailyWindow(daily, now);
+    if (binding.mint_day === day && binding.mint_day_count >= daily.limit) {
+      this.#deps.onRateLimited(daily);
+      return rateLimited(secondsLeft, "the daily token limit of this binding is reached");
+    }
     // It could mint a moment ago, and cannot now; it can again by the time it retries.
     return new DependencyUnavailable("database", "the binding changed while minting; retry", 1);
   }

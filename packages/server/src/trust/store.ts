@@ -267,8 +267,6 @@ export interface MintRecord {
   /** The binding that minted. */
   id: string;
   human_id: string;
-  /** Its mints in the current daily window, this one included. */
-  day_count: number;
   /** The verification methods in force for its person. */
   methods: string[];
   /** The pair (binding, aud)'s last recorded use; null before its first mint for `aud`. */
@@ -277,17 +275,18 @@ export interface MintRecord {
 
 /**
  * The mint's one statement. The agent's latest binding, if it can mint for `aud` now (not
- * revoked, not lapsed, its person holding a verification method in force, `aud` not suspended),
- * records the mint: its last use, the inactivity window re-armed to `expiresAt`, and one more in
- * the day's count (`day` is the daily window's index; a new day starts the count afresh). It
- * answers what the token needs. Undefined when the binding cannot mint (mintContext says why).
+ * revoked, not lapsed, its person holding a verification method in force, `aud` not suspended,
+ * fewer than `dailyLimit` mints in the daily window `day`), records the mint: its last use, the
+ * inactivity window re-armed to `expiresAt`, and one more in the day's count (a new day starts it
+ * afresh). It answers what the token needs. Undefined when the binding cannot mint, and then
+ * nothing was written (mintContext says why).
  * Plain SQL: the query builder's per-call cost is measurable on the attestor's hot path.
  */
 export async function recordMint(
   db: Db,
-  mint: { agentDid: string; aud: string; now: number; expiresAt: number; day: number },
+  mint: { agentDid: string; aud: string; now: number; expiresAt: number; day: number; dailyLimit: number },
 ): Promise<MintRecord | undefined> {
-  const { agentDid, aud, now, expiresAt, day } = mint;
+  const { agentDid, aud, now, expiresAt, day, dailyLimit } = mint;
   const hasMethod = (method: string) => sql`exists (
     select 1 from trust_verifications v
     where v.human_id = trust_bindings.human_id and v.method = ${method} and v.revoked_at is null)`;
@@ -302,13 +301,14 @@ export async function recordMint(
         order by revoked_at desc nulls first, created_at desc
         limit 1)
       and revoked_at is null and expires_at > ${now}
+      and (mint_day <> ${day} or mint_day_count < ${dailyLimit})
       and exists (
         select 1 from trust_verifications v
         where v.human_id = trust_bindings.human_id and v.revoked_at is null)
       and not exists (
         select 1 from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud} and s.suspended_at is not null)
-    returning id, human_id, mint_day_count,
+    returning id, human_id,
       (select s.last_mint_at from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud}) as service_last_mint_at,
       ${sql.join(
@@ -320,7 +320,6 @@ export async function recordMint(
   return {
     id: row.id as string,
     human_id: row.human_id as string,
-    day_count: Number(row.mint_day_count),
     // PostgreSQL answers booleans, SQLite 0 or 1.
     methods: VERIFICATION_METHODS.filter((_, i) => Boolean(row[`has_method_${i}`])),
     service_last_mint_at: last === null || last === undefined ? null : Number(last),
