@@ -44,8 +44,9 @@ export const DEFAULT_TRUST_SETTINGS: TrustSettings = {
     linkStartPerAgent: { name: "trust.link_start_agent", limit: 20, windowSeconds: 3600 },
     linkPoll: { name: "trust.link_poll", limit: 60, windowSeconds: 60 },
     token: { name: "trust.token", limit: 60, windowSeconds: 60 },
-    // A quota, not an abuse brake: exact across replicas, so it refuses while Redis is away.
-    tokenPerBinding: { name: "trust.token_binding", limit: 10_000, windowSeconds: 86400, failClosed: true },
+    // A quota, not an abuse brake: counted by the mint's own statement, in the database beside the
+    // binding (exact across replicas and restarts), never by the rate limiter.
+    tokenPerBinding: { name: "trust.token_binding", limit: 10_000, windowSeconds: 86400 },
     read: { name: "trust.read", limit: 600, windowSeconds: 60 },
   },
 };
