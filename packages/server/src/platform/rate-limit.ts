@@ -9,7 +9,6 @@
 import { createHash } from "node:crypto";
 import type { Redis } from "ioredis";
 import type { Clock } from "./clock.js";
-import { DependencyUnavailable } from "./dependency.js";
 
 export interface RateLimitRule {
   /** Identifies the limit, e.g. "listings.create"; counters of different rules never mix. */
@@ -17,11 +16,6 @@ export interface RateLimitRule {
   /** Hits allowed per window; 0 denies everything. */
   limit: number;
   windowSeconds: number;
-  /**
-   * A limit that must hold exactly across replicas (a daily quota): while the shared store is
-   * away it refuses (DependencyUnavailable) instead of counting in this process alone.
-   */
-  failClosed?: boolean;
 }
 
 export interface RateLimitDecision {
@@ -302,8 +296,7 @@ export interface FallbackRateLimiterOptions {
 
 /**
  * The shared (Redis) limiter, and this process's counters while it is away: availability fails
- * soft, so public reads go on being served and limited per replica during a Redis outage. Rules
- * marked `failClosed` never fall back: they refuse with DependencyUnavailable instead.
+ * soft, so public reads go on being served and limited per replica during a Redis outage.
  */
 export class FallbackRateLimiter implements RateLimiter {
   readonly #shared: RateLimiter;
@@ -319,7 +312,7 @@ export class FallbackRateLimiter implements RateLimiter {
   }
 
   async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
-    if (!rule.failClosed && performance.now() < this.#localUntil) return this.#local.hitSync(rule, key);
+    if (performance.now() < this.#localUntil) return this.#local.hitSync(rule, key);
     try {
       const decision = await this.#shared.hit(rule, key);
       if (this.#degraded) {
@@ -331,11 +324,6 @@ export class FallbackRateLimiter implements RateLimiter {
       this.#degraded = true;
       this.#localUntil = performance.now() + (this.#options.retryAfterMs ?? 1_000);
       this.#options.onFailure(error);
-      if (rule.failClosed) {
-        throw new DependencyUnavailable("redis", "a shared store is unavailable; retry shortly", undefined, {
-          cause: error,
-        });
-      }
       return this.#local.hitSync(rule, key);
     }
   }
