@@ -90,6 +90,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
           clock: parts.clock,
           keyPrefix: `${prefix}nonce:`,
           rateLimitPrefix: rateLimitPrefix(prefix),
+          onAnswered: () => parts.dependencies.recovered("redis"),
           skewSeconds: DEFAULT_SKEW_SECONDS,
           onLoss: (epoch) =>
             app.log.warn(

@@ -49,6 +49,11 @@ export interface ReplayStoreOptions {
   /** The verifier's clock skew: how far in the future an accepted signature's `created` may be. */
   skewSeconds: number;
   onLoss(epoch: number): void;
+  /**
+   * Told about every answer from Redis: the end of an outage, if one was going on (the mint path
+   * uses no other Redis command that would say so).
+   */
+  onAnswered(): void;
 }
 
 /**
@@ -157,15 +162,16 @@ export class ReplayStore implements NonceStore {
       counter === undefined
         ? [2, key, this.#marker, ttl, created]
         : [3, key, this.#marker, counter.key, ttl, created, String(counter.ttlMs), String(counter.limit)];
+    let reply: unknown;
     try {
-      return await redis.evalsha(SEEN_SCRIPT_SHA, ...(args as [number, ...string[]]));
+      reply = await redis.evalsha(SEEN_SCRIPT_SHA, ...(args as [number, ...string[]]));
     } catch (error) {
       // The script cache is empty after a Redis restart or failover; EVAL loads it again.
-      if (error instanceof Error && error.message.startsWith("NOSCRIPT")) {
-        return await redis.eval(SEEN_SCRIPT, ...(args as [number, ...string[]]));
-      }
-      throw error;
+      if (!(error instanceof Error && error.message.startsWith("NOSCRIPT"))) throw error;
+      reply = await redis.eval(SEEN_SCRIPT, ...(args as [number, ...string[]]));
     }
+    this.#options.onAnswered();
+    return reply;
   }
 }
 
