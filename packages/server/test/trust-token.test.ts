@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import { createAttestationVerifier, RemoteKeySet } from "@proto/protocol";
 import { createLocalJWKSet, decodeProtectedHeader, type JWTPayload, jwtVerify } from "jose";
 import pg from "pg";
+import type { HttpResult } from "./support/http.js";
 import {
   createTestDatabase,
   POSTGRES_URL,
@@ -15,6 +16,7 @@ import {
   type Agent,
   assertError,
   assertRetryAfter,
+  type MintOptions,
   newAgent,
   RELAXED_RATE_LIMITS,
   startTrustHarness,
@@ -375,6 +377,54 @@ for (const variant of STORE_VARIANTS) {
       assertError(await h.mint(agent, AUD), 429, "rate_limited");
       await h.advance(60);
       assert.equal((await h.mint(agent, AUD)).status, 200);
+    });
+  });
+
+  describe(`the token endpoint ahead of the router and through it (${variant.name})`, () => {
+    let h: TrustHarness;
+    before(async () => {
+      h = await startTrustHarness(variant, { env: { TRUST_RATE_LIMITS: "token=1000/60" } });
+    });
+    after(() => h.close());
+
+    // `/v1/token?via=router` is declined by the fast route (a query string), so Fastify answers it;
+    // the signature is for the attestor's token URL either way.
+    const both = async (agent: Agent, options: MintOptions = {}) => [
+      await h.mint(agent, AUD, options),
+      await h.mint(agent, AUD, { ...options, path: "/v1/token?via=router" }),
+    ];
+    const same = (fast: HttpResult, router: HttpResult, what: string) => {
+      assert.equal(fast.status, router.status, `${what}: ${fast.text} / ${router.text}`);
+      assert.equal(fast.headers.get("content-type"), router.headers.get("content-type"), what);
+      assert.equal(fast.headers.get("retry-after"), router.headers.get("retry-after"), what);
+      assert.deepEqual(Object.keys(fast.json), Object.keys(router.json), what);
+    };
+
+    test("a mint, and each refusal, is answered alike both ways", async () => {
+      const { agent } = await h.link();
+      const [fast, router] = await both(agent);
+      same(fast!, router!, "a mint");
+      assert.equal(fast!.status, 200);
+      assert.deepEqual(Object.keys(fast!.json), ["jwt", "expires_at", "verification", "binding_expires_at"]);
+      for (const [what, options, status] of [
+        ["a body altered after signing", { sentBody: JSON.stringify({ aud: `${AUD}x` }) }, 401],
+        ["not JSON", { body: "aud", sentBody: "aud" }, 400],
+        ["an unsigned request", { unsigned: true }, 401],
+        ["a signature from the future", { created: Math.floor(Date.now() / 1000) + 3600 }, 401],
+      ] as const) {
+        const [a, b] = await both(agent, options);
+        same(a!, b!, what);
+        assert.equal(a!.status, status, `${what}: ${a!.text}`);
+        assert.deepEqual(a!.json, b!.json, what);
+      }
+      const [unknownFast, unknownRouter] = await both(newAgent());
+      same(unknownFast!, unknownRouter!, "an unlinked agent");
+      assertError(unknownFast!, 401, "unauthorized");
+      const replay = { nonce: `n-${Math.random()}` };
+      assert.equal((await h.mint(agent, AUD, replay)).status, 200);
+      const [replayFast, replayRouter] = await both(agent, replay);
+      same(replayFast!, replayRouter!, "a replayed nonce");
+      assertError(replayFast!, 401, "replayed_nonce");
     });
   });
 

@@ -108,6 +108,8 @@ export interface MintOptions {
   /** Sent instead of the signed body: a body altered after signing. */
   sentBody?: string;
   url?: string;
+  /** The path the request is sent to (default `/v1/token`); the signature is for `url` still. */
+  path?: string;
   created?: number;
   expires?: number;
   nonce?: string;
@@ -198,7 +200,7 @@ export async function startTrustHarness(
         ...(options.unsigned ? {} : signed.headers),
         ...options.headers,
       };
-      return harness.request("POST", "/v1/token", { rawBody: options.sentBody ?? body, headers });
+      return harness.request("POST", options.path ?? "/v1/token", { rawBody: options.sentBody ?? body, headers });
     },
     async close() {
       await app.close();
