@@ -37,10 +37,26 @@ export class ComponentError extends Error {
 
 const DERIVED = new Set(["@method", "@target-uri", "@authority", "@scheme", "@request-target", "@path", "@query"]);
 const FIELD_NAME = /^[a-z0-9!#$%&'*+.^_`|~-]+$/;
+const LINE_BREAK = /[\r\n]/;
+
+function normaliseFieldValue(value: string): string {
+  return (value.includes("\n") ? value.replace(/\r?\n[ \t]+/g, " ") : value).trim();
+}
 
 /** §2.1: each value trimmed, obsolete line folding replaced by one space, lines joined with `, `. */
 export function normaliseFieldValues(values: readonly string[]): string {
-  return values.map((value) => value.replace(/\r?\n[ \t]+/g, " ").trim()).join(", ");
+  return values.length === 1 ? normaliseFieldValue(values[0] as string) : values.map(normaliseFieldValue).join(", ");
+}
+
+// A component name with nothing to escape: printable ASCII without `"` or `\`.
+const PLAIN_NAME = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+
+/** A covered component as `Signature-Input` and the signature base write it. */
+function serialiseComponent(identifier: ComponentIdentifier): string {
+  const [name, params] = identifier;
+  // The common case, a plain name without parameters, is the name in quotes.
+  if (typeof name === "string" && params.size === 0 && PLAIN_NAME.test(name)) return `"${name}"`;
+  return serializeItem(identifier);
 }
 
 function derivedValue(name: string, message: MessageComponents, parts: () => TargetUriParts): string {
@@ -123,12 +139,12 @@ export function buildSignatureBase(
   const seen = new Set<string>();
   let base = "";
   for (const identifier of components) {
-    const serialised = serializeItem(identifier);
+    const serialised = serialiseComponent(identifier);
     if (seen.has(serialised)) throw new ComponentError(`component ${serialised} is covered twice`);
     seen.add(serialised);
     const value = componentValue(message, identifier, lazyParts);
     // A line break would forge further lines of the base.
-    if (/[\r\n]/.test(value)) throw new ComponentError(`component ${serialised} holds a line break`);
+    if (LINE_BREAK.test(value)) throw new ComponentError(`component ${serialised} holds a line break`);
     base += `${serialised}: ${value}\n`;
   }
   return `${base}"@signature-params": ${serialisedParams}`;

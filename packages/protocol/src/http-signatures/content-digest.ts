@@ -1,5 +1,5 @@
-import { createHash, timingSafeEqual } from "node:crypto";
-import { parseDictionary } from "structured-headers";
+import { createHash, hash, timingSafeEqual } from "node:crypto";
+import { parseDictionary } from "./structured-fields.js";
 
 /** RFC 9530 `Content-Digest` with sha-256, the one algorithm the proto profile uses. */
 export function contentDigest(body: Uint8Array): string {
@@ -13,12 +13,12 @@ export function contentDigest(body: Uint8Array): string {
 export function contentDigestMatches(header: string, body: Uint8Array): boolean {
   let digest: unknown;
   try {
-    digest = parseDictionary(header).get("sha-256")?.[0];
+    digest = parseDictionary(header).members.get("sha-256")?.[0];
   } catch {
     return false;
   }
   if (!(digest instanceof ArrayBuffer)) return false;
   const received = new Uint8Array(digest);
-  const expected = createHash("sha256").update(body).digest();
+  const expected = hash("sha256", body, "buffer");
   return received.length === expected.length && timingSafeEqual(received, expected);
 }

@@ -1,0 +1,263 @@
+/**
+ * RFC 8941 dictionaries as signature headers carry them, parsed in one pass over the characters.
+ * `structured-headers` stays the reference: this parser takes the common shapes (integers, strings,
+ * tokens, byte sequences, booleans) and hands anything else, and every error, to it, so a result
+ * is always the one that library gives. It also keeps the text of each inner list when that text
+ * is already its serialisation, which the signature base needs (RFC 9421 §2.3) and which would
+ * otherwise be rebuilt item by item.
+ */
+import {
+  type BareItem,
+  type Dictionary,
+  type InnerList,
+  type Item,
+  parseDictionary as referenceParse,
+  serializeInnerList,
+  Token,
+} from "structured-headers";
+
+export interface ParsedDictionary {
+  readonly members: Dictionary;
+  /** The serialisation of the inner-list member `key` (RFC 8941 §4.1.1.1). */
+  innerListText(key: string, member: InnerList): string;
+}
+
+/** Thrown inside the fast parser when the input needs the reference parser. */
+const HAND_OVER = Symbol("hand over");
+
+const SP = 0x20;
+const HTAB = 0x09;
+const BYTE_SEQUENCE = /^[A-Za-z0-9+/]*={0,2}$/;
+
+function isDigit(c: number): boolean {
+  return c >= 0x30 && c <= 0x39;
+}
+
+function isLcAlpha(c: number): boolean {
+  return c >= 0x61 && c <= 0x7a;
+}
+
+function isAlpha(c: number): boolean {
+  return (c >= 0x41 && c <= 0x5a) || isLcAlpha(c);
+}
+
+// RFC 8941 key characters after the first: lcalpha, DIGIT, "_", "-", ".", "*".
+function isKeyChar(c: number): boolean {
+  return isLcAlpha(c) || isDigit(c) || c === 0x5f || c === 0x2d || c === 0x2e || c === 0x2a;
+}
+
+// tchar (RFC 9110 §5.6.2), plus ":" and "/", as tokens allow.
+const TOKEN_CHARS = new Uint8Array(128);
+for (const c of "!#$%&'*+-.^_`|~:/") TOKEN_CHARS[c.charCodeAt(0)] = 1;
+for (let c = 0x30; c <= 0x39; c++) TOKEN_CHARS[c] = 1;
+for (let c = 0x41; c <= 0x5a; c++) TOKEN_CHARS[c] = 1;
+for (let c = 0x61; c <= 0x7a; c++) TOKEN_CHARS[c] = 1;
+
+class FastParser {
+  pos = 0;
+  /** Whether everything read since the last reset is written exactly as the serialiser would. */
+  canonical = true;
+
+  constructor(readonly input: string) {}
+
+  code(): number {
+    return this.input.charCodeAt(this.pos);
+  }
+
+  dictionary(): { members: Dictionary; texts: Map<string, string> } {
+    const members: Dictionary = new Map();
+    const texts = new Map<string, string>();
+    const input = this.input;
+    while (this.code() === SP) this.pos++;
+    while (this.pos < input.length) {
+      const key = this.key();
+      if (this.code() === 0x3d /* = */) {
+        this.pos++;
+        if (this.code() === 0x28 /* ( */) {
+          const start = this.pos;
+          this.canonical = true;
+          members.set(key, this.innerList());
+          // A repeated key keeps its first place and its last value, as the reference does.
+          if (this.canonical) texts.set(key, input.slice(start, this.pos));
+          else texts.delete(key);
+        } else {
+          members.set(key, this.item());
+          texts.delete(key);
+        }
+      } else {
+        members.set(key, [true, this.parameters()]);
+        texts.delete(key);
+      }
+      this.skipOws();
+      if (this.pos >= input.length) break;
+      if (this.code() !== 0x2c /* , */) throw HAND_OVER;
+      this.pos++;
+      this.skipOws();
+      if (this.pos >= input.length) throw HAND_OVER;
+    }
+    return { members, texts };
+  }
+
+  skipOws(): void {
+    for (let c = this.code(); c === SP || c === HTAB; c = this.code()) this.pos++;
+  }
+
+  key(): string {
+    const start = this.pos;
+    const first = this.code();
+    if (!isLcAlpha(first) && first !== 0x2a) throw HAND_OVER;
+    this.pos++;
+    while (isKeyChar(this.code())) this.pos++;
+    return this.input.slice(start, this.pos);
+  }
+
+  innerList(): InnerList {
+    this.pos++;
+    const items: Item[] = [];
+    const input = this.input;
+    while (this.pos < input.length) {
+      let spaces = 0;
+      while (this.code() === SP) {
+        this.pos++;
+        spaces++;
+      }
+      if (this.code() === 0x29 /* ) */) {
+        if (spaces !== 0) this.canonical = false;
+        this.pos++;
+        return [items, this.parameters()];
+      }
+      if (spaces !== (items.length === 0 ? 0 : 1)) this.canonical = false;
+      items.push(this.item());
+      const next = this.code();
+      if (next !== SP && next !== 0x29) throw HAND_OVER;
+    }
+    throw HAND_OVER;
+  }
+
+  item(): Item {
+    const value = this.bareItem();
+    return [value, this.parameters()];
+  }
+
+  parameters(): Map<string, BareItem> {
+    const parameters = new Map<string, BareItem>();
+    while (this.code() === 0x3b /* ; */) {
+      this.pos++;
+      if (this.code() === SP) {
+        this.canonical = false;
+        while (this.code() === SP) this.pos++;
+      }
+      const key = this.key();
+      let value: BareItem = true;
+      if (this.code() === 0x3d /* = */) {
+        this.pos++;
+        value = this.bareItem();
+        // The serialiser writes a true parameter as its bare key.
+        if (value === true) this.canonical = false;
+      }
+      if (parameters.has(key)) this.canonical = false;
+      parameters.set(key, value);
+    }
+    return parameters;
+  }
+
+  bareItem(): BareItem {
+    const c = this.code();
+    if (c === 0x2d || isDigit(c)) return this.integer();
+    if (c === 0x22 /* " */) return this.string();
+    if (isAlpha(c) || c === 0x2a) return this.token();
+    if (c === 0x3a /* : */) return this.byteSequence();
+    if (c === 0x3f /* ? */) return this.boolean();
+    // Dates, display strings, and anything malformed: the reference parser's.
+    throw HAND_OVER;
+  }
+
+  integer(): number {
+    let sign = 1;
+    if (this.code() === 0x2d) {
+      sign = -1;
+      this.pos++;
+    }
+    const start = this.pos;
+    while (isDigit(this.code())) this.pos++;
+    const digits = this.pos - start;
+    // Decimals, and integers too long to hold, are the reference parser's.
+    if (digits === 0 || digits > 15 || this.code() === 0x2e) throw HAND_OVER;
+    const text = this.input.slice(start, this.pos);
+    if ((digits > 1 && text.charCodeAt(0) === 0x30) || (sign === -1 && text === "0")) this.canonical = false;
+    return Number.parseInt(text, 10) * sign;
+  }
+
+  string(): string {
+    const input = this.input;
+    const start = ++this.pos;
+    let escaped = false;
+    while (this.pos < input.length) {
+      const c = this.code();
+      if (c === 0x5c /* \ */) {
+        const next = input.charCodeAt(this.pos + 1);
+        if (next !== 0x5c && next !== 0x22) throw HAND_OVER;
+        escaped = true;
+        this.pos += 2;
+      } else if (c === 0x22) {
+        const raw = input.slice(start, this.pos);
+        this.pos++;
+        return escaped ? raw.replace(/\\(.)/g, "$1") : raw;
+      } else if (c < 0x20 || c > 0x7e) {
+        throw HAND_OVER;
+      } else {
+        this.pos++;
+      }
+    }
+    throw HAND_OVER;
+  }
+
+  token(): Token {
+    const start = this.pos;
+    this.pos++;
+    for (let c = this.code(); c < 128 && TOKEN_CHARS[c] === 1; c = this.code()) this.pos++;
+    return new Token(this.input.slice(start, this.pos));
+  }
+
+  byteSequence(): ArrayBuffer {
+    const start = this.pos + 1;
+    const end = this.input.indexOf(":", start);
+    if (end === -1) throw HAND_OVER;
+    const text = this.input.slice(start, end);
+    // Padded base64, which decodes alike everywhere; other spellings are the reference parser's.
+    if (text.length % 4 !== 0 || !BYTE_SEQUENCE.test(text)) throw HAND_OVER;
+    // Whether its text is the serialiser's depends on bits past the last byte: not worth checking.
+    this.canonical = false;
+    this.pos = end + 1;
+    const bytes = Buffer.from(text, "base64");
+    return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
+  }
+
+  boolean(): boolean {
+    const c = this.input.charCodeAt(this.pos + 1);
+    if (c !== 0x30 && c !== 0x31) throw HAND_OVER;
+    this.pos += 2;
+    return c === 0x31;
+  }
+}
+
+function serialised(texts: Map<string, string> | undefined) {
+  return (key: string, member: InnerList) => texts?.get(key) ?? serializeInnerList(member);
+}
+
+/** The fast parser's reading, or undefined when the input is the reference parser's to read. */
+export function parseDictionaryFast(input: string): { members: Dictionary; texts: Map<string, string> } | undefined {
+  try {
+    return new FastParser(input).dictionary();
+  } catch (error) {
+    if (error === HAND_OVER) return undefined;
+    throw error;
+  }
+}
+
+/** Parses a dictionary field value; throws the reference parser's error when it is malformed. */
+export function parseDictionary(input: string): ParsedDictionary {
+  const fast = parseDictionaryFast(input);
+  if (fast !== undefined) return { members: fast.members, innerListText: serialised(fast.texts) };
+  return { members: referenceParse(input), innerListText: serialised(undefined) };
+}
