@@ -7,7 +7,7 @@ import { type BareItem, type Item, isInnerList } from "structured-headers";
 import { ED25519_SIGNATURE_LENGTH } from "../ed25519.js";
 import { type ProtoError, protoError } from "../errors.js";
 import { buildSignatureBase, ComponentError, type MessageComponents } from "./components.js";
-import { type ParsedDictionary, parseDictionary } from "./structured-fields.js";
+import { byteSequence, type ParsedDictionary, parseDictionary } from "./structured-fields.js";
 import { TargetUriError } from "./target-uri.js";
 
 /** Bounds on what is parsed at all: a signature header of the profile is a few hundred bytes. */
@@ -59,16 +59,15 @@ export function readSignatures(header: (name: string) => string | undefined): Ca
   const candidates: CandidateSignature[] = [];
   for (const [label, input] of inputs.members) {
     const signatureItem = signatures.get(label);
-    if (!isInnerList(input)) continue;
-    if (signatureItem === undefined || isInnerList(signatureItem) || !(signatureItem[0] instanceof ArrayBuffer)) {
-      continue;
-    }
+    if (!isInnerList(input) || signatureItem === undefined || isInnerList(signatureItem)) continue;
+    const signature = byteSequence(signatureItem[0]);
+    if (signature === undefined) continue;
     candidates.push({
       label,
       components: input[0],
       params: input[1],
       serialisedParams: inputs.innerListText(label, input),
-      signature: new Uint8Array(signatureItem[0]),
+      signature,
     });
   }
   return candidates;
@@ -105,8 +104,18 @@ export function checkEd25519(message: MessageComponents, candidate: CandidateSig
   }
   if (
     candidate.signature.length !== ED25519_SIGNATURE_LENGTH ||
-    !ed25519Verify(null, Buffer.from(base, "utf8"), publicKey, candidate.signature)
+    !ed25519Verify(null, utf8(base), publicKey, candidate.signature)
   ) {
     throw invalid("signature does not verify");
   }
+}
+
+// The base's bytes go through one buffer, reused: verifying is synchronous, and a new buffer per
+// request would cost about as much as everything else the base needs.
+let scratch = Buffer.allocUnsafeSlow(4096);
+
+function utf8(text: string): Buffer {
+  // A UTF-16 code unit is at most three bytes of UTF-8.
+  if (text.length * 3 > scratch.length) scratch = Buffer.allocUnsafeSlow(text.length * 3);
+  return scratch.subarray(0, scratch.write(text, "utf8"));
 }

@@ -2,9 +2,10 @@
  * RFC 8941 dictionaries as signature headers carry them, parsed in one pass over the characters.
  * `structured-headers` stays the reference: this parser takes the common shapes (integers, strings,
  * tokens, byte sequences, booleans) and hands anything else, and every error, to it, so a result
- * is always the one that library gives. It also keeps the text of each inner list when that text
- * is already its serialisation, which the signature base needs (RFC 9421 §2.3) and which would
- * otherwise be rebuilt item by item.
+ * is always the one that library gives, except that a byte sequence may come as a `Uint8Array`
+ * rather than an `ArrayBuffer` (read it with `byteSequence`). It also keeps the text of each inner
+ * list when that text is already its serialisation, which the signature base needs (RFC 9421
+ * §2.3) and which would otherwise be rebuilt item by item.
  */
 import {
   type BareItem,
@@ -27,7 +28,6 @@ const HAND_OVER = Symbol("hand over");
 
 const SP = 0x20;
 const HTAB = 0x09;
-const BYTE_SEQUENCE = /^[A-Za-z0-9+/]*={0,2}$/;
 
 function isDigit(c: number): boolean {
   return c >= 0x30 && c <= 0x39;
@@ -52,6 +52,26 @@ for (const c of "!#$%&'*+-.^_`|~:/") TOKEN_CHARS[c.charCodeAt(0)] = 1;
 for (let c = 0x30; c <= 0x39; c++) TOKEN_CHARS[c] = 1;
 for (let c = 0x41; c <= 0x5a; c++) TOKEN_CHARS[c] = 1;
 for (let c = 0x61; c <= 0x7a; c++) TOKEN_CHARS[c] = 1;
+
+// The base64 alphabet (RFC 4648 §4), without padding.
+const BASE64_CHARS = new Uint8Array(128);
+for (const c of "+/") BASE64_CHARS[c.charCodeAt(0)] = 1;
+for (let c = 0x30; c <= 0x39; c++) BASE64_CHARS[c] = 1;
+for (let c = 0x41; c <= 0x5a; c++) BASE64_CHARS[c] = 1;
+for (let c = 0x61; c <= 0x7a; c++) BASE64_CHARS[c] = 1;
+
+/** Padded base64 (length a multiple of 4, at most two `=` at the end), which decodes alike everywhere. */
+function isPaddedBase64(input: string, start: number, end: number): boolean {
+  if ((end - start) % 4 !== 0) return false;
+  let last = end;
+  if (last > start && input.charCodeAt(last - 1) === 0x3d) last--;
+  if (last > start && input.charCodeAt(last - 1) === 0x3d) last--;
+  for (let i = start; i < last; i++) {
+    const c = input.charCodeAt(i);
+    if (c >= 128 || BASE64_CHARS[c] !== 1) return false;
+  }
+  return true;
+}
 
 class FastParser {
   pos = 0;
@@ -103,12 +123,14 @@ class FastParser {
   }
 
   key(): string {
+    const input = this.input;
     const start = this.pos;
-    const first = this.code();
+    const first = input.charCodeAt(start);
     if (!isLcAlpha(first) && first !== 0x2a) throw HAND_OVER;
-    this.pos++;
-    while (isKeyChar(this.code())) this.pos++;
-    return this.input.slice(start, this.pos);
+    let i = start + 1;
+    while (i < input.length && isKeyChar(input.charCodeAt(i))) i++;
+    this.pos = i;
+    return input.slice(start, i);
   }
 
   innerList(): InnerList {
@@ -173,64 +195,69 @@ class FastParser {
   }
 
   integer(): number {
+    const input = this.input;
     let sign = 1;
-    if (this.code() === 0x2d) {
+    if (input.charCodeAt(this.pos) === 0x2d) {
       sign = -1;
       this.pos++;
     }
     const start = this.pos;
-    while (isDigit(this.code())) this.pos++;
-    const digits = this.pos - start;
+    let i = start;
+    while (i < input.length && isDigit(input.charCodeAt(i))) i++;
+    this.pos = i;
+    const digits = i - start;
     // Decimals, and integers too long to hold, are the reference parser's.
-    if (digits === 0 || digits > 15 || this.code() === 0x2e) throw HAND_OVER;
-    const text = this.input.slice(start, this.pos);
+    if (digits === 0 || digits > 15 || input.charCodeAt(i) === 0x2e) throw HAND_OVER;
+    const text = input.slice(start, i);
     if ((digits > 1 && text.charCodeAt(0) === 0x30) || (sign === -1 && text === "0")) this.canonical = false;
     return Number.parseInt(text, 10) * sign;
   }
 
   string(): string {
     const input = this.input;
-    const start = ++this.pos;
+    const start = this.pos + 1;
     let escaped = false;
-    while (this.pos < input.length) {
-      const c = this.code();
+    for (let i = start; i < input.length; i++) {
+      const c = input.charCodeAt(i);
+      if (c === 0x22 /* " */) {
+        this.pos = i + 1;
+        const raw = input.slice(start, i);
+        return escaped ? raw.replace(/\\(.)/g, "$1") : raw;
+      }
       if (c === 0x5c /* \ */) {
-        const next = input.charCodeAt(this.pos + 1);
+        const next = input.charCodeAt(i + 1);
         if (next !== 0x5c && next !== 0x22) throw HAND_OVER;
         escaped = true;
-        this.pos += 2;
-      } else if (c === 0x22) {
-        const raw = input.slice(start, this.pos);
-        this.pos++;
-        return escaped ? raw.replace(/\\(.)/g, "$1") : raw;
+        i++;
       } else if (c < 0x20 || c > 0x7e) {
         throw HAND_OVER;
-      } else {
-        this.pos++;
       }
     }
     throw HAND_OVER;
   }
 
   token(): Token {
+    const input = this.input;
     const start = this.pos;
-    this.pos++;
-    for (let c = this.code(); c < 128 && TOKEN_CHARS[c] === 1; c = this.code()) this.pos++;
-    return new Token(this.input.slice(start, this.pos));
+    let i = start + 1;
+    for (; i < input.length; i++) {
+      const c = input.charCodeAt(i);
+      if (c >= 128 || TOKEN_CHARS[c] !== 1) break;
+    }
+    this.pos = i;
+    return new Token(input.slice(start, i));
   }
 
-  byteSequence(): ArrayBuffer {
+  byteSequence(): Uint8Array {
     const start = this.pos + 1;
     const end = this.input.indexOf(":", start);
     if (end === -1) throw HAND_OVER;
-    const text = this.input.slice(start, end);
-    // Padded base64, which decodes alike everywhere; other spellings are the reference parser's.
-    if (text.length % 4 !== 0 || !BYTE_SEQUENCE.test(text)) throw HAND_OVER;
+    // Other spellings of base64 are the reference parser's.
+    if (!isPaddedBase64(this.input, start, end)) throw HAND_OVER;
     // Whether its text is the serialiser's depends on bits past the last byte: not worth checking.
     this.canonical = false;
     this.pos = end + 1;
-    const bytes = Buffer.from(text, "base64");
-    return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
+    return Buffer.from(this.input.slice(start, end), "base64");
   }
 
   boolean(): boolean {
@@ -239,6 +266,12 @@ class FastParser {
     this.pos += 2;
     return c === 0x31;
   }
+}
+
+/** The bytes of a byte-sequence value, or undefined when the value is something else. */
+export function byteSequence(value: BareItem | undefined): Uint8Array | undefined {
+  if (value instanceof Uint8Array) return value;
+  return value instanceof ArrayBuffer ? new Uint8Array(value) : undefined;
 }
 
 function serialised(texts: Map<string, string> | undefined) {
