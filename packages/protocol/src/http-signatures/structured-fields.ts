@@ -177,8 +177,10 @@ class FastParser {
         // The serialiser writes a true parameter as its bare key.
         if (value === true) this.canonical = false;
       }
-      if (parameters.has(key)) this.canonical = false;
+      const size = parameters.size;
       parameters.set(key, value);
+      // A repeated key keeps one entry, which the serialiser writes once.
+      if (parameters.size === size) this.canonical = false;
     }
     return parameters;
   }
@@ -203,14 +205,16 @@ class FastParser {
     }
     const start = this.pos;
     let i = start;
-    while (i < input.length && isDigit(input.charCodeAt(i))) i++;
+    // At most 15 digits: the value is exact in a double.
+    let value = 0;
+    for (let c = input.charCodeAt(i); isDigit(c); c = input.charCodeAt(++i)) value = value * 10 + (c - 0x30);
     this.pos = i;
     const digits = i - start;
     // Decimals, and integers too long to hold, are the reference parser's.
     if (digits === 0 || digits > 15 || input.charCodeAt(i) === 0x2e) throw HAND_OVER;
-    const text = input.slice(start, i);
-    if ((digits > 1 && text.charCodeAt(0) === 0x30) || (sign === -1 && text === "0")) this.canonical = false;
-    return Number.parseInt(text, 10) * sign;
+    // Leading zeros and "-0" are written otherwise by the serialiser.
+    if (input.charCodeAt(start) === 0x30 && (digits > 1 || sign === -1)) this.canonical = false;
+    return sign * value;
   }
 
   string(): string {
