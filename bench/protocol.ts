@@ -46,19 +46,23 @@ const body = '{"recipient":{"type":"email","value":"alice@example.com"}}';
 const now = Math.floor(Date.now() / 1000);
 const AUD = "did:web:svc.example";
 
-// As a node:http server has them: header values as strings, the body as the bytes received.
+/** A header value as a node:http server has it: a string decoded from the bytes received. */
+const received = (value: string) => Buffer.from(value, "latin1").toString("latin1");
+
+// As a node:http server has them: header values read from the wire, the body as its bytes.
 const requests = Array.from({ length: N }, (_, i) => {
   const signed = signRequest({ method: "POST", url, body }, { keyid: did, privateKey, created: now, nonce: `n${i}` });
+  const headers = { ...signed.headers, "content-type": "application/json" };
   return {
     method: "POST",
     url,
-    headers: { ...signed.headers, "content-type": "application/json" },
+    headers: Object.fromEntries(Object.entries(headers).map(([name, value]) => [name, received(value)])),
     body: Buffer.from(body),
     base: signed.signatureBase,
   };
 });
 const bases = requests.map((r) => Buffer.from(r.base));
-const sigs = requests.map((r) => Buffer.from(r.headers.signature.slice(6, -1), "base64"));
+const sigs = requests.map((r) => Buffer.from((r.headers.signature ?? "").slice(6, -1), "base64"));
 
 const jwks = { keys: [{ ...(await exportJWK(publicKey)), kid: "k1" }] };
 const tokens = await Promise.all(
