@@ -1,6 +1,7 @@
-import { type JSONWebKeySet, type JWTPayload, jwtVerify } from "jose";
+import type { JSONWebKeySet, JWTPayload } from "jose";
 import { isBase64url } from "./base64url.js";
 import { type ProtoError, protoError } from "./errors.js";
+import { verifyEdDsaJwt } from "./jwt.js";
 import { type KeyLookup, RemoteKeySet, staticKeySet } from "./key-set.js";
 
 export const ATTESTATION_ISSUER = "proto-trust";
@@ -11,6 +12,7 @@ export type VerificationMethod = (typeof VERIFICATION_METHODS)[number];
 /** A pseudonym is an HMAC-SHA256 in base64url: 43 characters; 22 (128 bits) is the floor. */
 const MIN_SUB_H_LENGTH = 22;
 const MAX_JWT_LENGTH = 8192;
+const REQUIRED_CLAIMS = ["iss", "aud", "sub", "iat", "exp"] as const;
 
 export interface AttestationVerifierOptions {
   /** The attestor key set: a URL, a `RemoteKeySet`, a key set in memory, or a jose key lookup. */
@@ -87,7 +89,7 @@ function checkClaims(payload: JWTPayload, expected: AttestationExpectations): vo
 /** Attestation verification under the verifier rules of spec `trust.md`. */
 export function createAttestationVerifier(options: AttestationVerifierOptions): AttestationVerifier {
   const lookup = toLookup(options.keySet);
-  const issuers = options.issuers ?? [ATTESTATION_ISSUER];
+  const issuers = [...(options.issuers ?? [ATTESTATION_ISSUER])];
   const skew = options.skewSeconds ?? 60;
   const now = options.now ?? Date.now;
 
@@ -100,17 +102,13 @@ export function createAttestationVerifier(options: AttestationVerifierOptions): 
       let payload: JWTPayload;
       let kid: string | undefined;
       try {
-        const result = await jwtVerify(jwt, lookup, {
-          algorithms: ["EdDSA"],
-          issuer: [...issuers],
-          currentDate: new Date(nowMs),
-          requiredClaims: ["iss", "aud", "sub", "iat", "exp"],
+        const result = await verifyEdDsaJwt(jwt, lookup, {
+          issuers,
+          requiredClaims: REQUIRED_CLAIMS,
+          nowSeconds: Math.floor(nowMs / 1000),
         });
         payload = result.payload;
-        kid = result.protectedHeader.kid;
-        if (result.protectedHeader.typ !== undefined && result.protectedHeader.typ !== "JWT") {
-          throw new Error('typ must be "JWT"');
-        }
+        kid = result.header.kid;
       } catch (error) {
         throw invalid(`attestation rejected: ${error instanceof Error ? error.message : "invalid token"}`, error);
       }

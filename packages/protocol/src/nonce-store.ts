@@ -38,6 +38,8 @@ export class MemoryNonceStore implements NonceStore {
   readonly #maxEntries: number;
   readonly #now: () => number;
   #size = 0;
+  /** When the soonest set's stretch ends (no set: infinity). */
+  #nextDrop = Number.POSITIVE_INFINITY;
 
   constructor(options: MemoryNonceStoreOptions = {}) {
     this.#maxEntries = options.maxEntries ?? 1_000_000;
@@ -71,15 +73,22 @@ export class MemoryNonceStore implements NonceStore {
       set = this.#spare.pop() ?? new FingerprintSet();
       set.reset(stretch * STRETCH_MS);
       this.#sets.set(stretch, set);
+      this.#nextDrop = Math.min(this.#nextDrop, (stretch + 1) * STRETCH_MS);
     }
     if (set.put(hasher.high, hasher.low, expiry)) this.#size += 1;
     return true;
   }
 
   #dropExpired(now: number): void {
+    // Nothing can have expired before the soonest set's stretch ends: most calls stop here.
+    if (now < this.#nextDrop) return;
+    let next = Number.POSITIVE_INFINITY;
     for (const [stretch, set] of this.#sets) {
-      if ((stretch + 1) * STRETCH_MS <= now) this.#release(stretch, set);
+      const end = (stretch + 1) * STRETCH_MS;
+      if (end <= now) this.#release(stretch, set);
+      else next = Math.min(next, end);
     }
+    this.#nextDrop = next;
   }
 
   #dropSoonest(): void {

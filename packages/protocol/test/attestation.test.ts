@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { generateKeyPairSync } from "node:crypto";
+import { generateKeyPairSync, sign } from "node:crypto";
 import { describe, test } from "node:test";
 import { loadVectors } from "@proto/testkit";
 import { exportJWK, type JSONWebKeySet, type JWTPayload, SignJWT } from "jose";
@@ -141,5 +141,139 @@ describe("attestation header", async () => {
       .sign(privateKey);
     const verifier = createAttestationVerifier({ keySet: jwks, now: () => 1_010_000 });
     await assert.rejects(verifier.verify(jwt, { audience: "did:web:a", agentDid: "did:key:x" }), ProtoError);
+  });
+});
+
+describe("attestation tokens checked as JWS", async () => {
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  const jwks: JSONWebKeySet = { keys: [{ ...(await exportJWK(publicKey)), kid: "k1" }] };
+  const NOW = 1_800_000_000;
+  const AUD = "did:web:svc.example";
+  const AGENT = "did:key:z6MkiYbwC5honA2sxE7XLAyJMDFibLvVg8FgodBX4A4CaUgr";
+  const claims = { iss: "proto-trust", aud: AUD, sub: AGENT, iat: NOW, exp: NOW + 900 };
+  const header = { alg: "EdDSA", typ: "JWT", kid: "k1" };
+  const b64 = (value: unknown) =>
+    Buffer.from(typeof value === "string" ? value : JSON.stringify(value)).toString("base64url");
+
+  /** A compact JWS over exactly these segments, signed with the key set's key unless told otherwise. */
+  function token(h: unknown = header, p: unknown = claims, key = privateKey): string {
+    const input = `${b64(h)}.${b64(p)}`;
+    return `${input}.${sign(null, Buffer.from(input), key).toString("base64url")}`;
+  }
+  const verifier = (keySet: Parameters<typeof createAttestationVerifier>[0]["keySet"] = jwks) =>
+    createAttestationVerifier({ keySet, now: () => (NOW + 10) * 1000 });
+  const expect = { audience: AUD, agentDid: AGENT };
+  const accepts = (jwt: string, v = verifier()) => v.verify(jwt, expect);
+  async function rejects(jwt: string, v = verifier()) {
+    await assert.rejects(
+      v.verify(jwt, expect),
+      (e: unknown) => e instanceof ProtoError && e.code === "invalid_attestation" && e.status === 401,
+    );
+  }
+
+  test("a token signed by hand passes, without typ too", async () => {
+    assert.equal((await accepts(token())).kid, "k1");
+    assert.equal((await accepts(token({ alg: "EdDSA", kid: "k1" }))).agentDid, AGENT);
+  });
+
+  test("a tampered header, payload or signature fails", async () => {
+    const [h, p, s] = token().split(".") as [string, string, string];
+    await rejects(`${b64({ ...header, extra: 1 })}.${p}.${s}`);
+    await rejects(`${h}.${b64({ ...claims, sub: "did:key:other" })}.${s}`);
+    const bytes = Buffer.from(s, "base64url");
+    bytes[0] = (bytes[0] as number) ^ 1;
+    await rejects(`${h}.${p}.${bytes.toString("base64url")}`);
+    await rejects(`${h}.${p}.${s.slice(0, -2)}`);
+    await rejects(`${h}.${p}`);
+    await rejects(`${h}.${p}.${s}.${s}`);
+    // One accepted spelling per segment: padding, or standard base64, is refused.
+    await rejects(`${h}=.${p}.${s}`);
+    await rejects(`${h}.${p}.${Buffer.from(s, "base64url").toString("base64")}`);
+  });
+
+  test("alg must be EdDSA, whatever the key", async () => {
+    await rejects(token({ ...header, alg: "none" }));
+    await rejects(token({ ...header, alg: "Ed25519" }));
+    await rejects(token({ ...header, alg: "ES256" }));
+    await rejects(token({ typ: "JWT", kid: "k1" }));
+    await rejects(token({ ...header, alg: ["EdDSA"] }));
+  });
+
+  test("crit: unknown extensions refused, b64 only as true", async () => {
+    await rejects(token({ ...header, crit: ["exp"], exp: 1 }));
+    await rejects(token({ ...header, crit: ["b64"] }));
+    await rejects(token({ ...header, crit: ["b64"], b64: false }));
+    await rejects(token({ ...header, crit: ["b64"], b64: "true" }));
+    await rejects(token({ ...header, crit: [] }));
+    await rejects(token({ ...header, crit: "b64", b64: true }));
+    await rejects(token({ ...header, crit: ["b64", "b64"], b64: true }));
+    assert.ok(await accepts(token({ ...header, crit: ["b64"], b64: true })));
+  });
+
+  test("typ and kid", async () => {
+    await rejects(token({ ...header, typ: "at+jwt" }));
+    await rejects(token({ ...header, kid: "k2" }));
+    await rejects(token({ ...header, kid: 1 }));
+    await rejects(
+      token({ ...header, kid: 1 }),
+      verifier(async () => publicKey as never),
+    );
+    await rejects(token({ alg: "EdDSA", typ: "JWT" }), verifier({ keys: [] }));
+  });
+
+  test("header and claims must be JSON objects", async () => {
+    await rejects(token([header]));
+    await rejects(token("not json"));
+    await rejects(token(header, [claims]));
+    await rejects(token(header, "null"));
+    await rejects(token(header, "{"));
+  });
+
+  test("exp, nbf, iss, aud and required claims", async () => {
+    await rejects(token(header, { ...claims, exp: NOW + 10 }));
+    assert.ok(await accepts(token(header, { ...claims, exp: NOW + 11 })));
+    await rejects(token(header, { ...claims, exp: String(NOW + 900) }));
+    await rejects(token(header, { ...claims, nbf: NOW + 11 }));
+    await rejects(token(header, { ...claims, nbf: String(NOW) }));
+    assert.ok(await accepts(token(header, { ...claims, nbf: NOW + 10 })));
+    await rejects(token(header, { ...claims, iat: String(NOW) }));
+    await rejects(token(header, { ...claims, iss: "someone-else" }));
+    await rejects(token(header, { ...claims, iss: ["proto-trust"] }));
+    await rejects(token(header, { ...claims, aud: "did:web:other.example" }));
+    for (const claim of ["iss", "aud", "sub", "iat", "exp"] as const) {
+      const { [claim]: _, ...without } = claims;
+      await rejects(token(header, without));
+    }
+  });
+
+  test("the key must be an Ed25519 verification key", async () => {
+    const { privateKey: ecPrivate, publicKey: ecPublic } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+    const ecSet: JSONWebKeySet = { keys: [{ ...(await exportJWK(ecPublic)), kid: "k1" }] };
+    await rejects(token(header, claims, ecPrivate), verifier(ecSet));
+    await rejects(token(), verifier({ keys: [{ ...(jwks.keys[0] as object), key_ops: ["sign"] }] }));
+    await rejects(token(), verifier({ keys: [{ ...(jwks.keys[0] as object), use: "enc" }] }));
+    const signOnly = await crypto.subtle.importKey("jwk", await exportJWK(publicKey), "Ed25519", true, []);
+    await rejects(
+      token(),
+      verifier(async () => signOnly as never),
+    );
+    assert.ok(
+      await accepts(
+        token(),
+        verifier(async () => publicKey as never),
+      ),
+    );
+    await rejects(
+      token(),
+      verifier(async () => privateKey as never),
+    );
+    await rejects(
+      token(),
+      verifier(async () => ecPublic as never),
+    );
+    await rejects(
+      token(),
+      verifier(async () => ({ ...(jwks.keys[0] as object) }) as never),
+    );
   });
 });

@@ -37,30 +37,58 @@ export class ComponentError extends Error {
 
 const DERIVED = new Set(["@method", "@target-uri", "@authority", "@scheme", "@request-target", "@path", "@query"]);
 const FIELD_NAME = /^[a-z0-9!#$%&'*+.^_`|~-]+$/;
+const LINE_BREAK = /[\r\n]/;
+
+/** §2.1 for a field sent on one line: trimmed, obsolete line folding replaced by one space. */
+export function normaliseFieldValue(value: string): string {
+  return (value.includes("\n") ? value.replace(/\r?\n[ \t]+/g, " ") : value).trim();
+}
 
 /** §2.1: each value trimmed, obsolete line folding replaced by one space, lines joined with `, `. */
 export function normaliseFieldValues(values: readonly string[]): string {
-  return values.map((value) => value.replace(/\r?\n[ \t]+/g, " ").trim()).join(", ");
+  return values.length === 1 ? normaliseFieldValue(values[0] as string) : values.map(normaliseFieldValue).join(", ");
 }
 
-function derivedValue(name: string, message: MessageComponents, parts: () => TargetUriParts): string {
+// A component name with nothing to escape: printable ASCII without `"` or `\`.
+const PLAIN_NAME = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+
+/** A covered component as `Signature-Input` and the signature base write it. */
+function serialiseComponent(identifier: ComponentIdentifier): string {
+  const [name, params] = identifier;
+  // The common case, a plain name without parameters, is the name in quotes.
+  if (typeof name === "string" && params.size === 0 && PLAIN_NAME.test(name)) return `"${name}"`;
+  return serializeItem(identifier);
+}
+
+/** The target URI's parts, split at most once per signature base, and only when a component needs them. */
+interface TargetParts {
+  uri: string;
+  parts: TargetUriParts | undefined;
+}
+
+function split(target: TargetParts): TargetUriParts {
+  target.parts ??= splitTargetUri(target.uri);
+  return target.parts;
+}
+
+function derivedValue(name: string, message: MessageComponents, target: TargetParts): string {
   switch (name) {
     case "@method":
       return message.method;
     case "@target-uri":
       return message.targetUri;
     case "@authority":
-      return parts().authority;
+      return split(target).authority;
     case "@scheme":
-      return parts().scheme;
+      return split(target).scheme;
     case "@request-target": {
-      const { path, query, hasQuery } = parts();
+      const { path, query, hasQuery } = split(target);
       return hasQuery ? `${path}${query}` : path;
     }
     case "@path":
-      return parts().path;
+      return split(target).path;
     default:
-      return parts().query;
+      return split(target).query;
   }
 }
 
@@ -80,7 +108,7 @@ function dictionaryMember(name: string, value: string, key: BareItem): string {
 export function componentValue(
   message: MessageComponents,
   identifier: ComponentIdentifier,
-  parts: () => TargetUriParts = () => splitTargetUri(message.targetUri),
+  target: TargetParts = { uri: message.targetUri, parts: undefined },
 ): string {
   const [name, rawParams] = identifier;
   if (typeof name !== "string") throw new ComponentError("a component name must be a string");
@@ -94,7 +122,7 @@ export function componentValue(
   if (name.startsWith("@")) {
     if (!DERIVED.has(name)) throw new ComponentError(`derived component ${name} is not supported`);
     if (params.size > 0) throw new ComponentError(`derived component ${name} takes no parameters`);
-    return derivedValue(name, message, parts);
+    return derivedValue(name, message, target);
   }
   if (!FIELD_NAME.test(name)) throw new ComponentError(`component ${name} is not a lower-case field name`);
   for (const param of params.keys()) {
@@ -115,20 +143,16 @@ export function buildSignatureBase(
   components: readonly ComponentIdentifier[],
   serialisedParams: string,
 ): string {
-  let parts: TargetUriParts | undefined;
-  const lazyParts = () => {
-    parts ??= splitTargetUri(message.targetUri);
-    return parts;
-  };
+  const target: TargetParts = { uri: message.targetUri, parts: undefined };
   const seen = new Set<string>();
   let base = "";
   for (const identifier of components) {
-    const serialised = serializeItem(identifier);
+    const serialised = serialiseComponent(identifier);
     if (seen.has(serialised)) throw new ComponentError(`component ${serialised} is covered twice`);
     seen.add(serialised);
-    const value = componentValue(message, identifier, lazyParts);
+    const value = componentValue(message, identifier, target);
     // A line break would forge further lines of the base.
-    if (/[\r\n]/.test(value)) throw new ComponentError(`component ${serialised} holds a line break`);
+    if (LINE_BREAK.test(value)) throw new ComponentError(`component ${serialised} holds a line break`);
     base += `${serialised}: ${value}\n`;
   }
   return `${base}"@signature-params": ${serialisedParams}`;

@@ -1,6 +1,6 @@
 /** The parts of an HTTP request a signature covers, read from a Fetch `Request` or a raw object. */
 import type { MessageComponents } from "./components.js";
-import { normaliseFieldValues } from "./components.js";
+import { normaliseFieldValue, normaliseFieldValues } from "./components.js";
 import { canonicalTargetUri, fetchTargetUri, receivedTargetUri } from "./target-uri.js";
 
 export type HeaderSource = Headers | Record<string, string | string[] | undefined>;
@@ -53,7 +53,7 @@ export function headerReader(headers: HeaderSource): (name: string) => string | 
       }
     }
     if (value === undefined) return undefined;
-    return normaliseFieldValues(Array.isArray(value) ? value : [value]);
+    return typeof value === "string" ? normaliseFieldValue(value) : normaliseFieldValues(value);
   };
 }
 

@@ -3,10 +3,11 @@
  * before any parsing, and the checks every profile shares: the time window and the signature.
  */
 import { verify as ed25519Verify, type KeyObject } from "node:crypto";
-import { type BareItem, type Item, isInnerList, parseDictionary, serializeInnerList } from "structured-headers";
+import { type BareItem, type Item, isInnerList } from "structured-headers";
 import { ED25519_SIGNATURE_LENGTH } from "../ed25519.js";
 import { type ProtoError, protoError } from "../errors.js";
 import { buildSignatureBase, ComponentError, type MessageComponents } from "./components.js";
+import { byteSequence, type ParsedDictionary, parseDictionary } from "./structured-fields.js";
 import { TargetUriError } from "./target-uri.js";
 
 /** Bounds on what is parsed at all: a signature header of the profile is a few hundred bytes. */
@@ -27,7 +28,7 @@ export function invalid(message: string): ProtoError {
   return protoError("invalid_signature", { message });
 }
 
-function parseHeader(name: string, value: string | undefined) {
+function parseHeader(name: string, value: string | undefined): ParsedDictionary {
   if (value === undefined) throw invalid(`missing ${name} header`);
   if (value.length > MAX_SIGNATURE_HEADER_LENGTH) throw invalid(`${name} header is too long`);
   try {
@@ -37,24 +38,36 @@ function parseHeader(name: string, value: string | undefined) {
   }
 }
 
+// The last Signature-Input read: a server that first asks which profiles a request carries
+// (`signatureProfiles`) and then verifies it reads the same value twice. What it holds is never
+// modified by its readers.
+let lastInput: { value: string; parsed: ParsedDictionary } | undefined;
+
+/** `Signature-Input` parsed (bounded first); throws `invalid_signature` when it is unusable. */
+export function parseSignatureInput(value: string | undefined): ParsedDictionary {
+  if (value !== undefined && lastInput?.value === value) return lastInput.parsed;
+  const parsed = parseHeader("Signature-Input", value);
+  lastInput = { value: value as string, parsed };
+  return parsed;
+}
+
 /** Every labelled signature input, in header order, with its signature when one is present. */
 export function readSignatures(header: (name: string) => string | undefined): CandidateSignature[] {
-  const inputs = parseHeader("Signature-Input", header("signature-input"));
-  const signatures = parseHeader("Signature", header("signature"));
-  if (inputs.size === 0) throw invalid("Signature-Input is empty");
+  const inputs = parseSignatureInput(header("signature-input"));
+  const signatures = parseHeader("Signature", header("signature")).members;
+  if (inputs.members.size === 0) throw invalid("Signature-Input is empty");
   const candidates: CandidateSignature[] = [];
-  for (const [label, input] of inputs) {
+  for (const [label, input] of inputs.members) {
     const signatureItem = signatures.get(label);
-    if (!isInnerList(input)) continue;
-    if (signatureItem === undefined || isInnerList(signatureItem) || !(signatureItem[0] instanceof ArrayBuffer)) {
-      continue;
-    }
+    if (!isInnerList(input) || signatureItem === undefined || isInnerList(signatureItem)) continue;
+    const signature = byteSequence(signatureItem[0]);
+    if (signature === undefined) continue;
     candidates.push({
       label,
       components: input[0],
       params: input[1],
-      serialisedParams: serializeInnerList(input),
-      signature: new Uint8Array(signatureItem[0]),
+      serialisedParams: inputs.innerListText(label, input),
+      signature,
     });
   }
   return candidates;
@@ -91,8 +104,18 @@ export function checkEd25519(message: MessageComponents, candidate: CandidateSig
   }
   if (
     candidate.signature.length !== ED25519_SIGNATURE_LENGTH ||
-    !ed25519Verify(null, Buffer.from(base, "utf8"), publicKey, candidate.signature)
+    !ed25519Verify(null, utf8(base), publicKey, candidate.signature)
   ) {
     throw invalid("signature does not verify");
   }
+}
+
+// The base's bytes go through one buffer, reused: verifying is synchronous, and a new buffer per
+// request would cost about as much as everything else the base needs.
+let scratch = Buffer.allocUnsafeSlow(4096);
+
+function utf8(text: string): Buffer {
+  // A UTF-16 code unit is at most three bytes of UTF-8.
+  if (text.length * 3 > scratch.length) scratch = Buffer.allocUnsafeSlow(text.length * 3);
+  return scratch.subarray(0, scratch.write(text, "utf8"));
 }

@@ -76,10 +76,17 @@ export function splitTargetUri(uri: string): TargetUriParts {
   };
 }
 
+// The last URI made canonical: a server that verifies every request against its one public URL
+// (the attestor's token endpoint) asks for the same one each time.
+let lastCanonical = { uri: "", canonical: "" };
+
 /** The `@target-uri` value: scheme, normalised authority, then path and query exactly as given. */
 export function canonicalTargetUri(uri: string): string {
+  if (uri === lastCanonical.uri && uri !== "") return lastCanonical.canonical;
   const parts = splitTargetUri(uri);
-  return `${parts.scheme}://${parts.authority}${parts.path}${parts.hasQuery ? parts.query : ""}`;
+  const canonical = `${parts.scheme}://${parts.authority}${parts.path}${parts.hasQuery ? parts.query : ""}`;
+  lastCanonical = { uri, canonical };
+  return canonical;
 }
 
 /** The origin-form request-target (path and query) of an absolute URI, spelled as given. */

@@ -75,17 +75,22 @@ interface ProtoSignature {
   keyid: string;
 }
 
+const PLAIN_COMPONENTS = ["@method", "@target-uri"];
+const BODY_COMPONENTS = ["@method", "@target-uri", "content-digest"];
+
 function checkComponents(items: readonly ComponentIdentifier[], hasBody: boolean): void {
-  const expected = hasBody ? ["@method", "@target-uri", "content-digest"] : ["@method", "@target-uri"];
-  const seen = new Set<string>();
+  const expected = hasBody ? BODY_COMPONENTS : PLAIN_COMPONENTS;
+  // Each expected name once: a bit per name.
+  let seen = 0;
   for (const [name, params] of items) {
     if (typeof name !== "string" || params.size > 0) throw invalid("covered components must be plain names");
-    if (!expected.includes(name) || seen.has(name)) {
+    const index = expected.indexOf(name);
+    if (index === -1 || (seen & (1 << index)) !== 0) {
       throw invalid(`covered component ${String(name)} is not allowed here`);
     }
-    seen.add(name);
+    seen |= 1 << index;
   }
-  if (seen.size !== expected.length) {
+  if (seen !== (1 << expected.length) - 1) {
     throw invalid(`covered components must be exactly ${expected.join(", ")}`);
   }
 }
@@ -214,21 +219,32 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
     };
   }
 
+  /** What reading the request threw, as the caller gets it: an unusable URL is the signature's fault. */
+  function readError(error: unknown): unknown {
+    return error instanceof TargetUriError || error instanceof TypeError
+      ? invalid(`the request's target URI is unusable (${error.message})`)
+      : error;
+  }
+
   return {
-    async verify(request, fetchOptions = {}) {
+    verify(request, fetchOptions = {}) {
+      const nonceStore = fetchOptions.nonceStore ?? options.nonceStore;
+      if (request instanceof Request) {
+        return fromFetchRequest(request, fetchOptions.url, maxBodyBytes).then(
+          (message) => verifyMessage(message, nonceStore),
+          (error: unknown) => {
+            throw readError(error);
+          },
+        );
+      }
       let message: SignedMessage;
       try {
-        message =
-          request instanceof Request
-            ? await fromFetchRequest(request, fetchOptions.url, maxBodyBytes)
-            : fromRaw(fetchOptions.url === undefined ? request : { ...request, url: fetchOptions.url });
+        message = fromRaw(fetchOptions.url === undefined ? request : { ...request, url: fetchOptions.url });
       } catch (error) {
-        if (error instanceof TargetUriError || error instanceof TypeError) {
-          throw invalid(`the request's target URI is unusable (${error.message})`);
-        }
-        throw error;
+        return Promise.reject(readError(error));
       }
-      return verifyMessage(message, fetchOptions.nonceStore ?? options.nonceStore);
+      // A plain request's checks run now, in the caller's turn: one promise, not one per layer.
+      return verifyMessage(message, nonceStore);
     },
   };
 }

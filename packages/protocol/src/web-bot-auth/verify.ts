@@ -20,6 +20,7 @@ import {
   invalid,
   MAX_SIGNATURE_HEADER_LENGTH,
   MAX_SIGNATURE_VALIDITY_SECONDS,
+  parseSignatureInput,
   readSignatures,
 } from "../http-signatures/signature-input.js";
 import { TargetUriError } from "../http-signatures/target-uri.js";
@@ -89,7 +90,7 @@ export function signatureProfiles(header: (name: string) => string | undefined):
   if (input === undefined || input.length > MAX_SIGNATURE_HEADER_LENGTH) return found;
   let other = false;
   try {
-    for (const member of parseDictionary(input).values()) {
+    for (const member of parseSignatureInput(input).members.values()) {
       if (!isInnerList(member)) continue;
       const keyid = member[1].get("keyid");
       if (member[1].get("tag") === WEB_BOT_AUTH_TAG) found.webBotAuth = true;

@@ -1,0 +1,328 @@
+/**
+ * Every benchmark the report runs, how it is started in full and quick mode, and which figures it
+ * gives. Each runs as its own process; its figures come from its last `RESULT {json}` line, with
+ * these keys read:
+ *
+ *   protocol           rfc9421.ratio, attestation.ratio
+ *   trust-mint         engines[]: {engine, ratio, p99Ms, sqlPerMint, redisPerMint}
+ *   directory-read     engines (object by engine, or array with `engine`): {ratio, cpuRatio}, where
+ *                      cpuRatio is the directory's server CPU per request over the baseline's
+ *   directory-query    count, engines.<engine>: {phases: {fresh, warm}: {worstP99Ms, rssAnonMb},
+ *                      rss: {startedAnonMb}}
+ *
+ * A benchmark without that line yet is read from the summary it prints today, where it has one.
+ */
+import { readFileSync } from "node:fs";
+import { engineResult, type Figure, matchNumber, numberAt, objectAt } from "./figures.js";
+
+export type Engine = "sqlite" | "postgres";
+
+export interface BenchOutput {
+  stdout: string;
+  /** The parsed `RESULT` line, when the benchmark printed one. */
+  result: unknown;
+  exitCode: number | null;
+}
+
+export interface BenchSpec {
+  id: string;
+  title: string;
+  /** The script, relative to the repository root. */
+  file: string;
+  args(quick: boolean): string[];
+  env(quick: boolean): Record<string, string>;
+  /** Services the run needs, by the environment variable that names each. */
+  needs: ("TEST_POSTGRES_URL" | "TEST_REDIS_URL")[];
+  /** Why the script cannot give this run's figures yet, from its source (undefined: it can). */
+  unsupported?(source: string): string | undefined;
+  figures(output: BenchOutput | undefined, quick: boolean, skipped: string | undefined): Figure[];
+}
+
+const ENGINE_NAME: Record<Engine, string> = { sqlite: "SQLite", postgres: "PostgreSQL" };
+const TEXT_NOTE = "read from the printed summary (the bench prints no RESULT line yet)";
+
+/** Figures with no value, all saying why. */
+function missing(figures: Figure[], why: string): Figure[] {
+  return figures.map((f) => ({ ...f, value: undefined, note: why }));
+}
+
+function noResult(output: BenchOutput | undefined, skipped: string | undefined): string {
+  if (skipped !== undefined) return `no result: ${skipped}`;
+  if (output === undefined) return "no result: not run";
+  return output.exitCode === 0 || output.exitCode === 1
+    ? "no result: the bench printed no figure for it"
+    : `no result: the bench failed (exit status ${output.exitCode})`;
+}
+
+/** Fills each figure from `read`, falling back to a note when the value is absent. */
+function fill(
+  figures: Figure[],
+  output: BenchOutput | undefined,
+  skipped: string | undefined,
+  read: (output: BenchOutput) => (number | undefined | { value: number | undefined; note: string })[],
+): Figure[] {
+  if (output === undefined || skipped !== undefined) return missing(figures, noResult(output, skipped));
+  const values = read(output);
+  return figures.map((figure, i) => {
+    const found = values[i];
+    const value = typeof found === "object" ? found.value : found;
+    const note = typeof found === "object" ? found.note : figure.note;
+    return value === undefined
+      ? { ...figure, value: undefined, note: noResult(output, undefined) }
+      : { ...figure, value, note };
+  });
+}
+
+const protocol: BenchSpec = {
+  id: "protocol",
+  title: "RFC 9421 and attestation verification against bare node:crypto (bench/protocol.ts)",
+  file: "bench/protocol.ts",
+  args: (quick) => (quick ? ["--quick"] : []),
+  env: () => ({}),
+  needs: [],
+  figures(output, _quick, skipped) {
+    const figures: Figure[] = [
+      {
+        target: 4,
+        label: "RFC 9421 verify / bare Ed25519 verify",
+        value: undefined,
+        unit: "ratio",
+        comparison: ">=",
+        limit: 0.9,
+      },
+      {
+        target: 4,
+        label: "attestation verify / bare Ed25519 verify",
+        value: undefined,
+        unit: "ratio",
+        comparison: ">=",
+        limit: 0.7,
+      },
+    ];
+    return fill(figures, output, skipped, ({ result, stdout }) => {
+      if (result !== undefined) {
+        return [numberAt(objectAt(result, "rfc9421"), "ratio"), numberAt(objectAt(result, "attestation"), "ratio")];
+      }
+      const text = (pattern: RegExp) => {
+        const value = matchNumber(stdout, pattern);
+        return value === undefined ? undefined : { value, note: TEXT_NOTE };
+      };
+      return [text(/RFC 9421 full verify.*?ratio ([\d.]+)/), text(/attestation JWT verify.*?ratio ([\d.]+)/)];
+    });
+  },
+};
+
+function mint(engine: Engine): BenchSpec {
+  const name = engine === "sqlite" ? "SQLite" : "PostgreSQL + Redis";
+  return {
+    id: `trust-mint-${engine}`,
+    title: `attestor mint against the crypto work of one mint, ${name} (bench/trust/mint.ts)`,
+    file: "bench/trust/mint.ts",
+    args: (quick) => (quick ? ["--quick"] : []),
+    env: (quick) => ({
+      BENCH_ENGINES: engine,
+      ...(quick
+        ? {
+            BENCH_AGENTS: "200",
+            BENCH_REQUESTS: "6000",
+            BENCH_WARMUP: "1000",
+            BENCH_CRYPTO_N: "5000",
+            BENCH_CRYPTO_ROUNDS: "3",
+          }
+        : {}),
+    }),
+    needs: engine === "sqlite" ? [] : ["TEST_POSTGRES_URL", "TEST_REDIS_URL"],
+    figures(output, _quick, skipped) {
+      const figures: Figure[] = [
+        {
+          target: 1,
+          label: `mint, ${name}: rate / crypto-only rate`,
+          value: undefined,
+          unit: "ratio",
+          comparison: ">=",
+          limit: engine === "sqlite" ? 0.5 : 0.35,
+        },
+        { target: 1, label: `mint p99, ${name}`, value: undefined, unit: "ms", comparison: "<", limit: 40 },
+        {
+          target: 1,
+          label: `SQL statements per mint, ${name}`,
+          value: undefined,
+          unit: "per mint",
+          comparison: "<=",
+          limit: 1,
+        },
+      ];
+      if (engine === "postgres") {
+        figures.push({
+          target: 1,
+          label: "Redis round trips per mint, PostgreSQL + Redis",
+          value: undefined,
+          unit: "per mint",
+          comparison: "<=",
+          limit: 1,
+        });
+      }
+      return fill(figures, output, skipped, ({ result, stdout }) => {
+        const part = engineResult(result, engine);
+        if (part !== undefined) {
+          return [
+            numberAt(part, "ratio"),
+            numberAt(part, "p99Ms"),
+            numberAt(part, "sqlPerMint"),
+            numberAt(part, "redisPerMint"),
+          ];
+        }
+        // Today's summary: "<engine>  2322 mints/s  33.8%  p50 … ms  p99 41.00 ms".
+        const line = new RegExp(`^${engine}\\s+[\\d.,]+ mints/s\\s+([\\d.]+)%.*?p99 ([\\d.]+) ms`, "m").exec(stdout);
+        if (line === null) return [];
+        return [
+          { value: Number(line[1]) / 100, note: TEXT_NOTE },
+          { value: Number(line[2]), note: TEXT_NOTE },
+        ];
+      });
+    },
+  };
+}
+
+function read(engine: Engine): BenchSpec {
+  const name = ENGINE_NAME[engine];
+  return {
+    id: `directory-read-${engine}`,
+    title: `single-listing reads against plain node:http, ${name} (bench/directory/read.ts)`,
+    file: "bench/directory/read.ts",
+    args: (quick) => [
+      "--engine",
+      engine,
+      ...(quick ? ["--quick", "--count", "20000", "--rounds", "2", "--seconds", "3"] : []),
+    ],
+    env: () => ({}),
+    needs: engine === "sqlite" ? [] : ["TEST_POSTGRES_URL"],
+    unsupported: (source) =>
+      engine === "postgres" && !/postgres/i.test(source) ? "the bench has no PostgreSQL mode yet" : undefined,
+    figures(output, _quick, skipped) {
+      const figures: Figure[] = [
+        {
+          target: 2,
+          label: `reads, ${name}: req/s / node:http baseline req/s`,
+          value: undefined,
+          unit: "ratio",
+          comparison: ">=",
+          limit: engine === "sqlite" ? 0.8 : 0.75,
+        },
+      ];
+      if (engine === "sqlite") {
+        figures.push({
+          target: 2,
+          label: "reads, SQLite: server CPU per request / baseline's",
+          value: undefined,
+          unit: "x",
+          comparison: "<=",
+          limit: 1.25,
+        });
+      }
+      return fill(figures, output, skipped, ({ result, stdout }) => {
+        const part = engineResult(result, engine) ?? (engine === "sqlite" ? objectAt(result) : undefined);
+        if (part !== undefined) {
+          return [
+            numberAt(part, "ratio", "rpsRatio", "reqRatio"),
+            numberAt(part, "cpuRatio", "cpuPerRequestRatio", "serverCpuRatio"),
+          ];
+        }
+        // Today's summary (SQLite only): "ratio directory / baseline (medians): 0.46x".
+        if (engine !== "sqlite" || !/\(SQLite\)/.test(stdout)) return [];
+        const ratio = matchNumber(stdout, /ratio directory \/ baseline \(medians\): ([\d.]+)x/);
+        return [ratio === undefined ? undefined : { value: ratio, note: TEXT_NOTE }];
+      });
+    },
+  };
+}
+
+function query(engine: Engine): BenchSpec {
+  const name = ENGINE_NAME[engine];
+  return {
+    id: `directory-query-${engine}`,
+    title: `search and tag filters, ${name} (bench/directory/query.ts)`,
+    file: "bench/directory/query.ts",
+    args: (quick) => ["--engine", engine, ...(quick ? ["--quick"] : [])],
+    // The count of listings is read from the environment by every version of the bench.
+    env: (quick): Record<string, string> => (quick ? { BENCH_DIRECTORY_COUNT: "100000" } : {}),
+    needs: engine === "sqlite" ? [] : ["TEST_POSTGRES_URL"],
+    figures(output, quick, skipped) {
+      const at = quick ? "" : " at 1,000,000";
+      const figures: Figure[] = [
+        {
+          target: 3,
+          label: `search/tag worst p99${at}, ${name}, fresh store`,
+          value: undefined,
+          unit: "ms",
+          comparison: "<=",
+          limit: 10,
+        },
+        {
+          target: 3,
+          label: `search/tag worst p99${at}, ${name}, warm`,
+          value: undefined,
+          unit: "ms",
+          comparison: "<=",
+          limit: 10,
+        },
+        {
+          target: 5,
+          label: `directory RssAnon${at}, ${name}`,
+          value: undefined,
+          unit: "MB",
+          comparison: "<",
+          limit: 100,
+        },
+      ];
+      return fill(figures, output, skipped, ({ result, stdout }) => {
+        const part = engineResult(result, engine);
+        if (part !== undefined) {
+          const count = numberAt(result, "count");
+          const note =
+            count !== undefined && count < 1_000_000 ? `at ${count.toLocaleString("en-US")} listings` : undefined;
+          const phase = (p: string) => objectAt(part, "phases", p);
+          const rss = [
+            numberAt(objectAt(part, "rss"), "startedAnonMb"),
+            numberAt(phase("fresh"), "rssAnonMb"),
+            numberAt(phase("warm"), "rssAnonMb"),
+          ].filter((v): v is number => v !== undefined);
+          const value = (v: number | undefined) => (v === undefined || note === undefined ? v : { value: v, note });
+          return [
+            value(numberAt(phase("fresh"), "worstP99Ms")),
+            value(numberAt(phase("warm"), "worstP99Ms")),
+            value(rss.length === 0 ? undefined : Math.max(...rss)),
+          ];
+        }
+        // Today's summary (in process, one pass): "<engine>: worst p99 11.30 ms (target <= 20 ms)".
+        const worst = matchNumber(stdout, new RegExp(`^${engine}: worst p99 ([\\d.]+) ms`, "m"));
+        if (worst === undefined) return [];
+        return [
+          undefined,
+          { value: worst, note: `${TEXT_NOTE}; in process, not over HTTP, one pass after a check pass` },
+        ];
+      });
+    },
+  };
+}
+
+export const BENCHES: readonly BenchSpec[] = [
+  protocol,
+  mint("sqlite"),
+  mint("postgres"),
+  read("sqlite"),
+  read("postgres"),
+  query("sqlite"),
+  query("postgres"),
+];
+
+/** Why a bench cannot run here, or undefined. */
+export function skipReason(spec: BenchSpec, root: string, env: NodeJS.ProcessEnv): string | undefined {
+  const unset = spec.needs.filter((name) => !env[name]);
+  if (unset.length > 0) return `skipped (${unset.join(" and ")} not set)`;
+  if (spec.unsupported !== undefined) {
+    const reason = spec.unsupported(readFileSync(`${root}/${spec.file}`, "utf8"));
+    if (reason !== undefined) return `skipped (${reason})`;
+  }
+  return undefined;
+}
