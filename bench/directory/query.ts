@@ -244,10 +244,14 @@ function pathOf(c: Case, cursor: string | undefined): string {
 /** One keep-alive connection, one request at a time. */
 const agent = new Agent({ keepAlive: true, maxSockets: 1 });
 
-function get(port: number, path: string): Promise<{ status: number; body: string; ms: number }> {
+function get(
+  port: number,
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string; ms: number }> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const req = httpRequest({ host: "127.0.0.1", port, path, agent, method: "GET" }, (res) => {
+    const req = httpRequest({ host: "127.0.0.1", port, path, agent, method: "GET", headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (chunk: Buffer) => chunks.push(chunk));
       res.on("end", () =>
@@ -269,18 +273,30 @@ function get(port: number, path: string): Promise<{ status: number; body: string
 interface Memory {
   anonMb: number;
   fileMb: number;
+  /** V8's heap, committed and in use (from the server's own metrics): the JavaScript part of RssAnon. */
+  heapTotalMb: number;
+  heapUsedMb: number;
 }
 
-/** `RssAnon` and `RssFile` of a process, in MB (NaN off Linux). */
-function memoryOf(pid: number | undefined): Memory {
+/** Lets the bench read the server's `/metrics` (an operator's setting, on in production too). */
+const METRICS_TOKEN = "bench-metrics-token-0123456789abcdef";
+
+/** `RssAnon` and `RssFile` of the server (NaN off Linux), and its V8 heap, in MB. */
+async function memoryOf(server: Child): Promise<Memory> {
   let status = "";
   try {
-    status = readFileSync(`/proc/${pid}/status`, "utf8");
-  } catch {
-    return { anonMb: Number.NaN, fileMb: Number.NaN };
-  }
+    status = readFileSync(`/proc/${server.process.pid}/status`, "utf8");
+  } catch {}
   const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1]) / 1024;
-  return { anonMb: kb("RssAnon"), fileMb: kb("RssFile") };
+  const metrics = await get(server.port, "/metrics", { authorization: `Bearer ${METRICS_TOKEN}` });
+  const gauge = (name: string) =>
+    Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, "m").exec(metrics.body)?.[1]) / (1024 * 1024);
+  return {
+    anonMb: kb("RssAnon"),
+    fileMb: kb("RssFile"),
+    heapTotalMb: gauge("nodejs_heap_size_total_bytes"),
+    heapUsedMb: gauge("nodejs_heap_size_used_bytes"),
+  };
 }
 
 /** CPU milliseconds (user + system) a process has used so far (NaN off Linux). */
@@ -293,6 +309,10 @@ function cpuMsOf(pid: number | undefined): number {
   } catch {
     return Number.NaN;
   }
+}
+
+function memoryText(m: Memory): string {
+  return `RssAnon ${fmt(m.anonMb, 1)} MB (V8 heap ${fmt(m.heapUsedMb, 1)} of ${fmt(m.heapTotalMb, 1)} MB), RssFile ${fmt(m.fileMb, 1)} MB`;
 }
 
 function loadavg(): number[] {
@@ -381,11 +401,12 @@ async function runEngine(engine: "sqlite" | "postgres"): Promise<EngineReport> {
       DIRECTORY_RATE_LIMITS: "read=100000000/60",
       DIRECTORY_REVALIDATE_TICK_SECONDS: "0",
       LOG_LEVEL: "warn",
+      METRICS_TOKEN,
     });
     const { port } = server;
     const pid = server.process.pid;
-    const started = memoryOf(pid);
-    log(`${engine}: server started (RssAnon ${fmt(started.anonMb, 1)} MB, RssFile ${fmt(started.fileMb, 1)} MB)`);
+    const started = await memoryOf(server);
+    log(`${engine}: server started (${memoryText(started)})`);
 
     /** Follows a case's pages; checks the first against the brute-force answer; pushes each page's time. */
     const run = async (c: Case, time: number[]): Promise<void> => {
@@ -437,7 +458,7 @@ async function runEngine(engine: "sqlite" | "postgres"): Promise<EngineReport> {
         }
       }
       const cpuMsPerCall = (cpuMsOf(pid) - cpuBefore) / calls;
-      const memory = memoryOf(pid);
+      const memory = await memoryOf(server);
       const scenarios = scenarioNames.map((scenario) => {
         const mine = cases.filter((c) => c.scenario === scenario);
         const totals = mine.map((c) => (expected.get(c) as Expected).total);
@@ -449,9 +470,7 @@ async function runEngine(engine: "sqlite" | "postgres"): Promise<EngineReport> {
         };
       });
       phases.push({ name, scenarios, perCase, memory, cpuMsPerCall });
-      log(
-        `${engine}: ${name} pass done: ${calls} calls, RssAnon ${fmt(memory.anonMb, 1)} MB, RssFile ${fmt(memory.fileMb, 1)} MB`,
-      );
+      log(`${engine}: ${name} pass done: ${calls} calls, ${memoryText(memory)}`);
     }
     return {
       engine,
@@ -489,9 +508,7 @@ let allMet = true;
 const result: Record<string, unknown> = {};
 for (const report of reports) {
   printLine(`== ${report.engine}${report.load ? ` (${report.load})` : " (store given with --db)"}`);
-  printLine(
-    `server after start: RssAnon ${fmt(report.started.anonMb, 1)} MB, RssFile ${fmt(report.started.fileMb, 1)} MB`,
-  );
+  printLine(`server after start: ${memoryText(report.started)}`);
   const phases: Record<string, unknown> = {};
   let met = report.failures.length === 0;
   let anonMax = report.started.anonMb;
@@ -529,12 +546,13 @@ for (const report of reports) {
     anonMax = Math.max(anonMax, phase.memory.anonMb);
     met &&= worst <= TARGET_P99_MS;
     printLine(
-      `${label}: worst p99 ${fmt(worst)} ms (target <= ${TARGET_P99_MS} ms): ${verdict(worst <= TARGET_P99_MS)}; server CPU ${fmt(phase.cpuMsPerCall)} ms per call; RssAnon ${fmt(phase.memory.anonMb, 1)} MB, RssFile ${fmt(phase.memory.fileMb, 1)} MB`,
+      `${label}: worst p99 ${fmt(worst)} ms (target <= ${TARGET_P99_MS} ms): ${verdict(worst <= TARGET_P99_MS)}; server CPU ${fmt(phase.cpuMsPerCall)} ms per call; ${memoryText(phase.memory)}`,
     );
     phases[phase.name] = {
       worstP99Ms: round2(worst),
       rssAnonMb: round2(phase.memory.anonMb),
       rssFileMb: round2(phase.memory.fileMb),
+      heapTotalMb: round2(phase.memory.heapTotalMb),
       serverCpuMsPerCall: round2(phase.cpuMsPerCall),
       scenarios: Object.fromEntries(
         phase.scenarios.map((s) => {
