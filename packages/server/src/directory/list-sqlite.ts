@@ -159,7 +159,8 @@ function sqliteSearch(term: string): SqliteSearch {
  * A search, each step returning the exact page:
  * - a term of three characters or more: its matches in list order from `dir_listings_search`
  *   (keyed in list order), tested for the status, the range and the tag, until the page is full;
- *   with a tag of up to SMALL_TAG listings, the tag's listings are walked in list order instead;
+ *   with a tag so small that walking it costs less (WALK_ROW_US), the tag's listings are walked in
+ *   list order and tested instead;
  * - a shorter term: a scan in list order that looks at a bounded number of rows (settles common
  *   terms), through the covering search index or along the tag's index; then its candidates in
  *   list order (every trigram starting with the term, from the index's vocabulary, plus the
