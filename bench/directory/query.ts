@@ -1,33 +1,57 @@
 /**
- * Directory search and tag filters on a large store: p50/p99 latency of `DirectoryService.list`
- * (the code behind `GET /v1/listings`, in this process, one call at a time).
+ * Directory search and tag filters on a large store, over HTTP: p50/p99 latency of
+ * `GET /v1/listings?search=…&tag=…&cursor=…` answered by the directory running in its own process
+ * (the compiled `proto-server directory`, built first with `tsc -b`, so no TypeScript loader adds
+ * to its memory), one request at a time on a keep-alive connection, timed from the request to the
+ * answer's last byte.
  *
- *   node --conditions=source --import tsx bench/directory/query.ts [--count 1000000] [--engine sqlite,postgres]
+ *   node --conditions=source --import tsx bench/directory/query.ts [--count 1000000] [--engine sqlite,postgres] [--quick]
  *
- * Target: p99 <= 20 ms for every scenario, on SQLite and on PostgreSQL (the PostgreSQL part runs
- * when TEST_POSTGRES_URL is set; it creates and drops its own database).
+ * Targets: p99 <= 10 ms in every scenario, and the server's anonymous resident memory (RssAnon)
+ * under 100 MB, on SQLite and on PostgreSQL (the PostgreSQL part runs when TEST_POSTGRES_URL is
+ * set; it creates and drops its own database).
  *
  * Scenarios: substring searches of 3-10 characters with few / some / many / no matches, 1-2
  * character searches, tag filters with few and many matches, search + tag, and paging with cursors.
- * Before timing, the first page of every query is checked against a brute-force answer computed
- * while the data set was generated, so a faster query cannot silently return other listings.
+ * Each scenario gets at least --calls requests (default 200, so that p99 is not the slowest call),
+ * in rounds over its queries, the scenarios interleaved. Two phases, reported apart: "fresh", the
+ * first pass, started right after the store is built (a new server process, no warm-up), and
+ * "warm", the same pass again. Every first page answered in either phase is compared with a
+ * brute-force answer computed while the data set was generated, so a faster query cannot silently
+ * return other listings; a difference fails the run. After starting and after each phase the
+ * bench reads the server's `RssAnon` (its own heap and buffers) and `RssFile` (mapped file pages:
+ * code, and on SQLite the memory-mapped database, shared with the OS page cache) from
+ * /proc/<pid>/status; see docs/operations.md.
  *
- * Options: --count N (default 1,000,000), --engine sqlite|postgres|sqlite,postgres, --reps N
- * (timed rounds over every query; default 12 on SQLite, 4 on PostgreSQL), --detail (figures per
- * query too), --db URL (an already loaded store of the same --count; not dropped), --keep (do not
- * drop the store built).
+ * Options: --count N (default 1,000,000; 100,000 with --quick), --engine sqlite|postgres|sqlite,postgres,
+ * --calls N (per scenario and phase, default 200), --quick (a short run for `npm run bench`),
+ * --detail (figures per query too), --db URL (an already loaded store of the same --count; not
+ * dropped; its first phase is then a new server's, not a new store's), --keep (do not drop the
+ * store built).
+ *
+ * The last line printed is machine-readable:
+ *   RESULT {"bench":"directory-query","count":N,"callsPerScenario":200,"targetP99Ms":10,
+ *     "targetRssAnonMb":100,"loadavg":{"before":[1,5,15],"after":[…]},"met":bool,
+ *     "engines":{"sqlite":{"store":"built"|"given","loadSeconds":s|null,"wrong":["…"],"met":bool,
+ *       "rss":{"startedAnonMb":…,"startedFileMb":…},
+ *       "phases":{"fresh":{"worstP99Ms":…,"rssAnonMb":…,"rssFileMb":…,"serverCpuMsPerCall":…,
+ *         "scenarios":{"<scenario>":{"calls":…,"p50Ms":…,"p99Ms":…,"maxMs":…}}},"warm":{…}}},
+ *       "postgres":{…}}}
  */
+import { readFileSync } from "node:fs";
+import { Agent, request as httpRequest } from "node:http";
 import type { ListRequest } from "../../packages/server/src/directory/service.js";
 import { printLine } from "../report.js";
 import { createStore, type GeneratedRow, generateRows, loadStore, RARE_TAGS, TAGS } from "./lib/dataset.js";
-import { openService } from "./lib/service.js";
+import { buildServer, type Child, startProtoServer } from "./lib/processes.js";
 import { args, fmt, log, percentile, table, verdict } from "./lib/stats.js";
 
 const options = args();
-const COUNT = Number(options.get("count") ?? process.env.BENCH_DIRECTORY_COUNT ?? 1_000_000);
-// Fewer rounds on PostgreSQL: below 100 calls a scenario's p99 is its slowest call, the stricter figure.
-const repsFor = (engine: string) => Number(options.get("reps") ?? (engine === "postgres" ? 4 : 12));
-const TARGET_P99_MS = 20;
+const QUICK = options.has("quick");
+const COUNT = Number(options.get("count") ?? process.env.BENCH_DIRECTORY_COUNT ?? (QUICK ? 100_000 : 1_000_000));
+const CALLS = Number(options.get("calls") ?? 200);
+const TARGET_P99_MS = 10;
+const TARGET_RSS_ANON_MB = 100;
 const POSTGRES_URL = process.env.TEST_POSTGRES_URL;
 const engines = (options.get("engine") ?? "sqlite,postgres").split(",").filter((e) => {
   if (e === "postgres" && POSTGRES_URL === undefined) {
@@ -201,22 +225,138 @@ function samePage(actual: [number, string][], expected: [number, string][]): boo
   return key(trim(actual)) === key(trim(expected)) && actual.map(([t]) => t).join() === expected.map(([t]) => t).join();
 }
 
+// ---- HTTP -----------------------------------------------------------------------------------
+
+/** The list endpoint's path for one page of a case. */
+function pathOf(c: Case, cursor: string | undefined): string {
+  const q = new URLSearchParams();
+  const r = c.request;
+  if (r.search !== undefined) q.set("search", r.search);
+  if (r.tag !== undefined) q.set("tag", r.tag);
+  if (r.status !== undefined) q.set("status", r.status);
+  if (r.includeDeleted) q.set("include_deleted", "true");
+  if (r.limit !== undefined) q.set("limit", String(r.limit));
+  if (r.updatedSince !== undefined) q.set("updated_since", new Date(r.updatedSince).toISOString());
+  if (cursor !== undefined) q.set("cursor", cursor);
+  return `/v1/listings?${q}`;
+}
+
+/** One keep-alive connection, one request at a time. */
+const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+
+function get(
+  port: number,
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string; ms: number }> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const req = httpRequest({ host: "127.0.0.1", port, path, agent, method: "GET", headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (chunk: Buffer) => chunks.push(chunk));
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          body: Buffer.concat(chunks).toString("utf8"),
+          ms: performance.now() - started,
+        }),
+      );
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+// ---- the server process -----------------------------------------------------------------------
+
+interface Memory {
+  anonMb: number;
+  fileMb: number;
+  /** V8's heap, committed and in use (from the server's own metrics): the JavaScript part of RssAnon. */
+  heapTotalMb: number;
+  heapUsedMb: number;
+}
+
+/** Lets the bench read the server's `/metrics` (an operator's setting, on in production too). */
+const METRICS_TOKEN = "bench-metrics-token-0123456789abcdef";
+
+/** `RssAnon` and `RssFile` of the server (NaN off Linux), and its V8 heap, in MB. */
+async function memoryOf(server: Child): Promise<Memory> {
+  let status = "";
+  try {
+    status = readFileSync(`/proc/${server.process.pid}/status`, "utf8");
+  } catch {}
+  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1]) / 1024;
+  const metrics = await get(server.port, "/metrics", { authorization: `Bearer ${METRICS_TOKEN}` });
+  const gauge = (name: string) =>
+    Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, "m").exec(metrics.body)?.[1]) / (1024 * 1024);
+  return {
+    anonMb: kb("RssAnon"),
+    fileMb: kb("RssFile"),
+    heapTotalMb: gauge("nodejs_heap_size_total_bytes"),
+    heapUsedMb: gauge("nodejs_heap_size_used_bytes"),
+  };
+}
+
+/** CPU milliseconds (user + system) a process has used so far (NaN off Linux). */
+function cpuMsOf(pid: number | undefined): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command (which may hold spaces) start at state; utime and stime are 14 and 15.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+function memoryText(m: Memory): string {
+  return `RssAnon ${fmt(m.anonMb, 1)} MB (V8 heap ${fmt(m.heapUsedMb, 1)} of ${fmt(m.heapTotalMb, 1)} MB), RssFile ${fmt(m.fileMb, 1)} MB`;
+}
+
+function loadavg(): number[] {
+  try {
+    return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).map(Number);
+  } catch {
+    return [];
+  }
+}
+
 // ---- running --------------------------------------------------------------------------------
 
-interface ScenarioResult {
+interface ScenarioFigures {
   scenario: string;
   queries: number;
   matches: string;
   samples: number[];
 }
 
-async function runEngine(
-  engine: "sqlite" | "postgres",
-): Promise<{ engine: string; results: ScenarioResult[]; failures: string[]; load?: string }> {
+interface Phase {
+  name: "fresh" | "warm";
+  scenarios: ScenarioFigures[];
+  perCase: Map<Case, number[]>;
+  memory: Memory;
+  cpuMsPerCall: number;
+}
+
+interface EngineReport {
+  engine: "sqlite" | "postgres";
+  store: "built" | "given";
+  loadSeconds: number | undefined;
+  load: string | undefined;
+  started: Memory;
+  phases: Phase[];
+  failures: string[];
+  expected: Map<Case, Expected>;
+}
+
+async function runEngine(engine: "sqlite" | "postgres"): Promise<EngineReport> {
   const existing = options.get("db");
   let storeUrl: string;
   let drop = async () => {};
-  let loadSummary: string | undefined;
+  let load: string | undefined;
+  let loadSeconds: number | undefined;
   // Brands (first words of titles) of a few listings spread over the data set: searches with few
   // matches. One cheap pass over the generator finds them before anything is loaded.
   const brands: string[] = [];
@@ -242,130 +382,227 @@ async function runEngine(
     else log(`${engine}: keeping the store at ${store.url}`);
     try {
       const report = await loadStore(store, { count: COUNT }, (row) => oracle.add(row));
-      loadSummary = `${report.rows} listings, ${report.tagRows} tag rows in ${fmt(report.seconds, 1)} s (rows ${fmt(report.phases.rows, 1)} s, indexes ${fmt(report.phases.indexes, 1)} s)`;
-      log(`${engine}: ${loadSummary}`);
+      loadSeconds = report.seconds;
+      load = `${report.rows} listings, ${report.tagRows} tag rows in ${fmt(report.seconds, 1)} s (rows ${fmt(report.phases.rows, 1)} s, indexes ${fmt(report.phases.indexes, 1)} s)`;
+      log(`${engine}: ${load}`);
     } catch (error) {
       await drop();
       throw error;
     }
   }
   const expected = oracle.result();
-  const { service, database } = await openService(storeUrl);
+  let server: Child | undefined;
   const failures: string[] = [];
-  const byScenario = new Map<string, ScenarioResult>();
+  const phases: Phase[] = [];
   try {
-    const run = async (c: Case, time: number[] | undefined): Promise<[number, string][]> => {
+    server = await startProtoServer("directory", {
+      DIRECTORY_DATABASE_URL: storeUrl,
+      // One client asks thousands of pages a minute: the read limit must not answer 429.
+      DIRECTORY_RATE_LIMITS: "read=100000000/60",
+      DIRECTORY_REVALIDATE_TICK_SECONDS: "0",
+      LOG_LEVEL: "warn",
+      METRICS_TOKEN,
+    });
+    const { port } = server;
+    const pid = server.process.pid;
+    const started = await memoryOf(server);
+    log(`${engine}: server started (${memoryText(started)})`);
+
+    /** Follows a case's pages; checks the first against the brute-force answer; pushes each page's time. */
+    const run = async (c: Case, time: number[]): Promise<void> => {
       let cursor: string | undefined;
-      let first: [number, string][] = [];
       for (let page = 0; page < c.pages; page++) {
-        const started = performance.now();
-        const result = await service.list({
-          limit: c.request.limit ?? 50,
-          includeDeleted: c.request.includeDeleted ?? false,
-          search: c.request.search,
-          tag: c.request.tag,
-          status: c.request.status,
-          updatedSince: c.request.updatedSince,
-          cursor,
-        });
-        time?.push(performance.now() - started);
+        const answer = await get(port, pathOf(c, cursor));
+        time.push(answer.ms);
+        if (answer.status !== 200) {
+          failures.push(`${c.scenario} / ${c.label}: HTTP ${answer.status}: ${answer.body.slice(0, 200)}`);
+          return;
+        }
+        const body = JSON.parse(answer.body) as {
+          listings: { updated_at: string; service_did: string }[];
+          next_cursor: string | null;
+        };
         if (page === 0) {
-          first = result.bodies.map((b) => {
-            const listing = JSON.parse(b) as { updated_at: string; service_did: string };
-            return [Date.parse(listing.updated_at), listing.service_did];
-          });
+          const got = body.listings.map((l): [number, string] => [Date.parse(l.updated_at), l.service_did]);
+          if (!samePage(got, (expected.get(c) as Expected).first)) {
+            const message = `${c.scenario} / ${c.label}: first page differs from the brute-force answer`;
+            if (!failures.includes(message)) failures.push(message);
+          }
         }
-        if (result.nextCursor === null) break;
-        cursor = result.nextCursor;
+        if (body.next_cursor === null) return;
+        cursor = body.next_cursor;
       }
-      return first;
     };
-    log(`${engine}: checking the first page of ${cases.length} queries`);
-    for (const c of cases) {
-      const want = expected.get(c) as Expected;
-      const started = performance.now();
-      const got = await run(c, undefined);
-      const ms = performance.now() - started;
-      if (!samePage(got, want.first)) {
-        failures.push(`${c.scenario} / ${c.label}: first page differs from the brute-force answer`);
-      }
-      if (ms > 1000) log(`${engine}: ${c.scenario} / ${c.label}: cold call took ${fmt(ms, 0)} ms`);
-    }
-    const REPS = repsFor(engine);
-    log(`${engine}: timing (${REPS} rounds over every query)`);
-    const perCase = new Map<Case, number[]>();
-    for (let rep = 0; rep < REPS; rep++) {
-      for (const c of cases) {
-        let entry = byScenario.get(c.scenario);
-        if (entry === undefined) {
-          entry = { scenario: c.scenario, queries: 0, matches: "", samples: [] };
-          byScenario.set(c.scenario, entry);
+
+    // Rounds per scenario: enough for CALLS requests; the scenarios interleave round by round.
+    const scenarioNames = [...new Set(cases.map((c) => c.scenario))];
+    const rounds = new Map(
+      scenarioNames.map((s) => {
+        const perRound = cases.filter((c) => c.scenario === s).reduce((sum, c) => sum + c.pages, 0);
+        return [s, Math.ceil(CALLS / perRound)];
+      }),
+    );
+    const most = Math.max(...rounds.values());
+    for (const name of ["fresh", "warm"] as const) {
+      log(`${engine}: ${name} pass (at least ${CALLS} calls per scenario)`);
+      const perCase = new Map<Case, number[]>(cases.map((c) => [c, []]));
+      const cpuBefore = cpuMsOf(pid);
+      let calls = 0;
+      for (let round = 0; round < most; round++) {
+        for (const c of cases) {
+          if (round >= (rounds.get(c.scenario) as number)) continue;
+          const samples = perCase.get(c) as number[];
+          const before = samples.length;
+          await run(c, samples);
+          calls += samples.length - before;
         }
-        const samples: number[] = [];
-        await run(c, samples);
-        entry.samples.push(...samples);
-        perCase.set(c, [...(perCase.get(c) ?? []), ...samples]);
       }
+      const cpuMsPerCall = (cpuMsOf(pid) - cpuBefore) / calls;
+      const memory = await memoryOf(server);
+      const scenarios = scenarioNames.map((scenario) => {
+        const mine = cases.filter((c) => c.scenario === scenario);
+        const totals = mine.map((c) => (expected.get(c) as Expected).total);
+        return {
+          scenario,
+          queries: mine.length,
+          matches: `${Math.min(...totals)}-${Math.max(...totals)}`,
+          samples: mine.flatMap((c) => perCase.get(c) as number[]),
+        };
+      });
+      phases.push({ name, scenarios, perCase, memory, cpuMsPerCall });
+      log(`${engine}: ${name} pass done: ${calls} calls, ${memoryText(memory)}`);
     }
+    return {
+      engine,
+      store: existing === undefined ? "built" : "given",
+      loadSeconds,
+      load,
+      started,
+      phases,
+      failures,
+      expected,
+    };
+  } finally {
+    await server?.stop();
+    await drop();
+  }
+}
+
+log("compiling the server (tsc -b)");
+buildServer();
+const loadBefore = loadavg();
+const reports: EngineReport[] = [];
+for (const engine of engines) reports.push(await runEngine(engine));
+agent.destroy();
+const loadAfter = loadavg();
+
+const sortedOf = (samples: readonly number[]) => [...samples].sort((a, b) => a - b);
+const worstOf = (phase: Phase) => Math.max(...phase.scenarios.map((s) => percentile(sortedOf(s.samples), 99)));
+
+printLine(`\nDirectory search and tag filters: GET /v1/listings over HTTP on ${COUNT} listings, one request at a time`);
+printLine(
+  `Targets: p99 <= ${TARGET_P99_MS} ms in every scenario and phase, server RssAnon < ${TARGET_RSS_ANON_MB} MB, per engine`,
+);
+printLine(`Load average before ${loadBefore.join(" ")}, after ${loadAfter.join(" ")}\n`);
+let allMet = true;
+const result: Record<string, unknown> = {};
+for (const report of reports) {
+  printLine(`== ${report.engine}${report.load ? ` (${report.load})` : " (store given with --db)"}`);
+  printLine(`server after start: ${memoryText(report.started)}`);
+  const phases: Record<string, unknown> = {};
+  let met = report.failures.length === 0;
+  let anonMax = report.started.anonMb;
+  for (const phase of report.phases) {
+    const label = phase.name === "fresh" ? (report.store === "built" ? "fresh store" : "new server") : "warm";
+    printLine(`\n-- ${label}`);
     if (options.has("detail")) {
-      const rows = cases.map((c) => {
-        const sorted = [...(perCase.get(c) ?? [])].sort((a, b) => a - b);
+      const rows = [...phase.perCase].map(([c, samples]) => {
+        const sorted = sortedOf(samples);
         return [
           c.scenario,
           c.label,
-          String((expected.get(c) as Expected).total),
+          String((report.expected.get(c) as Expected).total),
           fmt(percentile(sorted, 50)),
           fmt(sorted.at(-1) ?? Number.NaN),
         ];
       });
-      printLine(`\n${engine}, per query:\n${table(["scenario", "query", "matches", "p50 ms", "max ms"], rows)}`);
+      printLine(table(["scenario", "query", "matches", "p50 ms", "max ms"], rows));
+      printLine("");
     }
-    for (const [scenario, entry] of byScenario) {
-      const totals = cases.filter((c) => c.scenario === scenario).map((c) => (expected.get(c) as Expected).total);
-      entry.queries = totals.length;
-      entry.matches = `${Math.min(...totals)}-${Math.max(...totals)}`;
-    }
-  } finally {
-    await database.close();
-    await drop();
-  }
-  return { engine, results: [...byScenario.values()], failures, ...(loadSummary ? { load: loadSummary } : {}) };
-}
-
-const reports = [];
-for (const engine of engines) reports.push(await runEngine(engine));
-
-printLine(`\nDirectory search and tag filters: DirectoryService.list on ${COUNT} listings, one call at a time`);
-printLine(`Target: p99 <= ${TARGET_P99_MS} ms in every scenario, per engine\n`);
-let allMet = true;
-for (const report of reports) {
-  printLine(`== ${report.engine}${report.load ? ` (${report.load})` : ""}`);
-  const rows = report.results.map((r) => {
-    const sorted = [...r.samples].sort((a, b) => a - b);
-    return [
-      r.scenario,
-      String(r.queries),
-      r.matches,
-      String(sorted.length),
-      fmt(percentile(sorted, 50)),
-      fmt(percentile(sorted, 99)),
-      fmt(sorted.at(-1) ?? Number.NaN),
-    ];
-  });
-  printLine(table(["scenario", "queries", "matches", "calls", "p50 ms", "p99 ms", "max ms"], rows));
-  const worst = Math.max(
-    ...report.results.map((r) =>
-      percentile(
-        [...r.samples].sort((a, b) => a - b),
-        99,
+    const rows = phase.scenarios.map((s) => {
+      const sorted = sortedOf(s.samples);
+      return [
+        s.scenario,
+        String(s.queries),
+        s.matches,
+        String(sorted.length),
+        fmt(percentile(sorted, 50)),
+        fmt(percentile(sorted, 99)),
+        fmt(sorted.at(-1) ?? Number.NaN),
+      ];
+    });
+    printLine(table(["scenario", "queries", "matches", "calls", "p50 ms", "p99 ms", "max ms"], rows));
+    const worst = worstOf(phase);
+    anonMax = Math.max(anonMax, phase.memory.anonMb);
+    met &&= worst <= TARGET_P99_MS;
+    printLine(
+      `${label}: worst p99 ${fmt(worst)} ms (target <= ${TARGET_P99_MS} ms): ${verdict(worst <= TARGET_P99_MS)}; server CPU ${fmt(phase.cpuMsPerCall)} ms per call; ${memoryText(phase.memory)}`,
+    );
+    phases[phase.name] = {
+      worstP99Ms: round2(worst),
+      rssAnonMb: round2(phase.memory.anonMb),
+      rssFileMb: round2(phase.memory.fileMb),
+      heapTotalMb: round2(phase.memory.heapTotalMb),
+      serverCpuMsPerCall: round2(phase.cpuMsPerCall),
+      scenarios: Object.fromEntries(
+        phase.scenarios.map((s) => {
+          const sorted = sortedOf(s.samples);
+          return [
+            s.scenario,
+            {
+              calls: sorted.length,
+              p50Ms: round2(percentile(sorted, 50)),
+              p99Ms: round2(percentile(sorted, 99)),
+              maxMs: round2(sorted.at(-1) ?? Number.NaN),
+            },
+          ];
+        }),
       ),
-    ),
-  );
-  const met = worst <= TARGET_P99_MS && report.failures.length === 0;
+    };
+  }
+  const memoryMet = anonMax < TARGET_RSS_ANON_MB;
+  met &&= memoryMet;
   allMet &&= met;
   for (const failure of report.failures) printLine(`WRONG RESULT: ${failure}`);
-  printLine(`${report.engine}: worst p99 ${fmt(worst)} ms (target <= ${TARGET_P99_MS} ms): ${verdict(met)}\n`);
+  printLine(
+    `\n${report.engine}: highest RssAnon ${fmt(anonMax, 1)} MB (target < ${TARGET_RSS_ANON_MB} MB): ${verdict(memoryMet)}; overall ${verdict(met)}\n`,
+  );
+  result[report.engine] = {
+    store: report.store,
+    loadSeconds: report.loadSeconds === undefined ? null : round2(report.loadSeconds),
+    wrong: report.failures,
+    met,
+    rss: { startedAnonMb: round2(report.started.anonMb), startedFileMb: round2(report.started.fileMb) },
+    phases,
+  };
 }
 printLine(
   `Overall: ${verdict(allMet)}${engines.includes("postgres") ? "" : " (SQLite only: set TEST_POSTGRES_URL for PostgreSQL)"}`,
 );
+printLine(
+  `RESULT ${JSON.stringify({
+    bench: "directory-query",
+    count: COUNT,
+    quick: QUICK,
+    callsPerScenario: CALLS,
+    targetP99Ms: TARGET_P99_MS,
+    targetRssAnonMb: TARGET_RSS_ANON_MB,
+    loadavg: { before: loadBefore, after: loadAfter },
+    met: allMet,
+    engines: result,
+  })}`,
+);
+
+function round2(value: number): number | null {
+  return Number.isFinite(value) ? Math.round(value * 100) / 100 : null;
+}

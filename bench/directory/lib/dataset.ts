@@ -18,6 +18,7 @@ import {
   type DirectorySchema,
   directoryMigrations,
   type ListingRow,
+  sqliteSearchKey,
 } from "../../../packages/server/src/directory/migrations.js";
 import { openDatabase } from "../../../packages/server/src/platform/database.js";
 
@@ -397,11 +398,11 @@ function loadSqlite(
   // The full-text index is filled in one statement at the end: its insert trigger would flush
   // FTS5's pending terms to disk at every statement.
   const trigger = db
-    .prepare("select sql from sqlite_schema where type = 'trigger' and name = 'dir_listings_fts_insert'")
+    .prepare("select sql from sqlite_schema where type = 'trigger' and name = 'dir_listings_search_insert'")
     .pluck()
     .get() as string | undefined;
-  if (trigger === undefined) throw new Error("the directory schema has no dir_listings_fts_insert trigger");
-  db.exec("drop trigger dir_listings_fts_insert");
+  if (trigger === undefined) throw new Error("the directory schema has no dir_listings_search_insert trigger");
+  db.exec("drop trigger dir_listings_search_insert");
   // Secondary indexes are built once at the end (a sort), exactly as the migrations defined them.
   const indexes = db
     .prepare(
@@ -436,12 +437,14 @@ function loadSqlite(
   };
   // A bigger in-memory term buffer for the bulk build (fewer, larger segments; about a third less
   // work), then FTS5's default again.
-  db.exec("insert into dir_listings_fts (dir_listings_fts, rank) values ('hashsize', 67108864)");
+  db.exec("insert into dir_listings_search (dir_listings_search, rank) values ('hashsize', 67108864)");
   step(
     "fts",
-    "insert into dir_listings_fts (rowid, title, description) select id, title, description from dir_listings",
+    `insert into dir_listings_search (rowid, title, description) select o.key, l.title, l.description
+      from (select ${sqliteSearchKey("k")} as key, k.id from dir_listings as k order by 1 limit -1) as o
+      cross join dir_listings as l on l.id = o.id`,
   );
-  db.exec("insert into dir_listings_fts (dir_listings_fts, rank) values ('hashsize', 1048576)");
+  db.exec("insert into dir_listings_search (dir_listings_search, rank) values ('hashsize', 1048576)");
   db.exec(trigger);
   for (const index of indexes) step(index.name, index.sql);
   step("commit", "commit");

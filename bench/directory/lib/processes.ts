@@ -1,5 +1,10 @@
-/** Child processes for the HTTP benchmarks: servers started with tsx, stopped by their own pid. */
-import { type ChildProcess, spawn } from "node:child_process";
+/**
+ * Child processes for the HTTP benchmarks: servers started with tsx, or the compiled `proto-server`,
+ * stopped by their own pid.
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { createServer } from "node:net";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export interface Child {
@@ -52,4 +57,76 @@ export function startChild(file: string, env: Record<string, string>, nodeArgs: 
       });
     });
   });
+}
+
+const root = fileURLToPath(new URL("../../../", import.meta.url));
+
+/**
+ * Compiles the packages the server needs (`tsc -b`, incremental: seconds when nothing changed),
+ * so that `startProtoServer` runs the sources as they are.
+ */
+export function buildServer(): void {
+  execFileSync(
+    process.execPath,
+    [join(root, "node_modules/typescript/bin/tsc"), "-b", "packages/protocol", "packages/server"],
+    { cwd: root, stdio: "inherit" },
+  );
+}
+
+/** A free TCP port on 127.0.0.1 (free when asked; the server binds it right after). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (address !== null && typeof address === "object" ? resolve(address.port) : reject()));
+    });
+  });
+}
+
+/**
+ * Starts the compiled `proto-server <command>` as an operator runs it (no TypeScript loader in
+ * the process, so its memory is the product's), on 127.0.0.1 at a free port, and waits until
+ * `/healthz` answers.
+ */
+export async function startProtoServer(command: "directory" | "trust", env: Record<string, string>): Promise<Child> {
+  const port = await freePort();
+  const child = spawn(
+    process.execPath,
+    [join(root, "packages/server/bin/proto-server.js"), command, "--port", String(port), "--host", "127.0.0.1"],
+    { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "pipe"] },
+  );
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+    if (stderr.length > 20_000) stderr = stderr.slice(-10_000);
+  });
+  const stop = () =>
+    new Promise<void>((done) => {
+      if (child.exitCode !== null || child.signalCode !== null) return done();
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      child.once("exit", () => {
+        clearTimeout(timer);
+        done();
+      });
+      child.kill("SIGTERM");
+    });
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(
+        `proto-server ${command} exited with ${child.exitCode ?? child.signalCode}:\n${stderr.slice(-4000)}`,
+      );
+    const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ok) return { process: child, port, stop };
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`proto-server ${command} did not answer /healthz:\n${stderr.slice(-4000)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }

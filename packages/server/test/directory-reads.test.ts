@@ -267,6 +267,28 @@ for (const variant of STORE_VARIANTS) {
       assert.deepEqual(sorted(dids(seen)), sorted(all));
       assertListOrder(seen);
       assert.deepEqual(dids(seen.slice(-patchedOrder.length)), patchedOrder);
+      // Searches page in the same order: listings updated within a second of each other, their
+      // ids out of order, on either side of every page boundary.
+      for (const query of [
+        { search: "listing" },
+        { search: "moved" },
+        { search: "ing 1" },
+        { search: "g" },
+      ] as Query[]) {
+        const expected = dids(seen).filter((did) => {
+          const listing = seen.find((l) => l.service_did === did)!;
+          const term = String(query.search).toLowerCase();
+          return (
+            `${listing.title ?? ""}`.toLowerCase().includes(term) ||
+            `${listing.description ?? ""}`.toLowerCase().includes(term)
+          );
+        });
+        for (const limit of [1, 2, 3]) {
+          const searched = await traverse(h, { ...query, limit });
+          assertListOrder(searched);
+          assert.deepEqual(dids(searched), expected, `${JSON.stringify(query)}, limit ${limit}`);
+        }
+      }
     });
 
     test("listings registered and updated during a traversal: it ends, sees each earlier listing once, repeats none", async () => {

@@ -273,6 +273,14 @@ for (const variant of STORE_VARIANTS) {
         assert.ok(names(samples).has(name), `${name} is exposed`);
       }
       const service = { service: "directory" };
+      if (process.platform === "linux") {
+        // Resident memory split by kind: the process's own (anon) apart from mapped file pages.
+        const rss = sampleValue(samples, "process_resident_memory_bytes", service) as number;
+        const anon = sampleValue(samples, "proto_process_resident_memory_bytes", { ...service, kind: "anon" });
+        const file = sampleValue(samples, "proto_process_resident_memory_bytes", { ...service, kind: "file" });
+        assert.ok(anon !== undefined && anon > 0 && anon < rss * 1.5, `anon ${anon} of ${rss}`);
+        assert.ok(file !== undefined && file > 0 && file < rss * 1.5, `file ${file} of ${rss}`);
+      }
       assert.equal(
         sampleValue(samples, "proto_http_requests_total", {
           ...service,

@@ -4,7 +4,7 @@
 import { sql } from "kysely";
 import { escapeLike, type ListedRow, type ListQuery } from "./list-query.js";
 import type { ListingStatus } from "./listing.js";
-import { SQLITE_FOLDS_TO_ASCII } from "./migrations.js";
+import { SQLITE_FOLDS_TO_ASCII, sqliteSearchKey } from "./migrations.js";
 import type { Db } from "./store.js";
 
 // ---- listing on SQLite -------------------------------------------------------------------
@@ -60,17 +60,33 @@ async function listByTagSqlite(db: Db, query: ListQuery): Promise<ListedRow[]> {
 const indexedFolds = (alias: string) =>
   sql<boolean>`${sql.raw(SQLITE_FOLDS_TO_ASCII.replace(/\b(title|description)\b/g, `${alias}.$1`))}`;
 
-/** Rows a first, quick scan looks at: settles terms common enough. */
+/** `dir_listings_search`'s key of the listing row `alias` (see migrations.ts). */
+const searchKey = (alias: string) => sql.raw(sqliteSearchKey(alias));
+
+/** Rows a first, quick scan looks at: settles short terms common enough. */
 const QUICK_SCAN = 1_000;
 const QUICK_TAG_SCAN = 600;
-/** Rows a second scan looks at, when the indexes hold too many matches to sort cheaply. */
-const SCAN_BUDGET = 12_000;
-/** Matches few enough to sort straight away, before a longer scan. */
-const FEW_CANDIDATES = 2_000;
-/** The most candidates taken from the indexes. */
-const CANDIDATE_CAP = 20_000;
-/** A tag this small is intersected with the search's candidates, or walked whole. */
-const SMALL_TAG = 10_000;
+/** The most listings a short term's trigrams may hold before a scan is preferred (the vocabulary's count). */
+const SHORT_TERM_DOCS = 200_000;
+/** The most listings a short term's column endings may give. */
+const ENDS_CAP = 20_000;
+/**
+ * Costs in microseconds, as measured on a million listings: a listing of a tag walked in list
+ * order and tested, and a match yielded by the full-text index in its order (tested for the tag).
+ */
+const WALK_ROW_US = 2;
+const INDEX_MATCH_US = 0.15;
+/**
+ * A tag of up to this many listings is read once into a set that each match of the full-text index
+ * is looked up in; a larger one is looked up in its index for each match.
+ */
+const SET_TAG = 20_000;
+
+/** A tag the full-text index's matches are tested against, and how (see SET_TAG). */
+interface TagFilter {
+  tag: string;
+  set: boolean;
+}
 
 type Condition = ReturnType<typeof sql<boolean>>;
 /** The search on the row of `alias`; `folds` says whether that row holds a character FTS5 folds onto ASCII. */
@@ -79,20 +95,16 @@ type Predicate = (alias: string, folds: Condition) => Condition;
 interface SqliteSearch {
   /** Lowercased term. */
   needle: string;
-  /** Three characters or more: the trigram index answers it (FTS5 phrase). */
+  /** Three characters or more: the trigram index answers it (an FTS5 phrase). */
   long: boolean;
   /** Printable ASCII only: LIKE (ASCII case folding) decides it exactly, see below. */
   ascii: boolean;
+  /** The term as an FTS5 phrase. */
+  phrase: string;
   /** The search as a condition on the title and description of a row of alias `alias`. */
   matches: Predicate;
   /** Cheap enough to test row after row in a scan. */
   scannable: boolean;
-  /**
-   * For a term of three characters or more, an FTS5 phrase whose matches include the term's: the
-   * term itself, or for a printable-ASCII term with spaces its longest space-free run of three
-   * characters or more (FTS5 is slow on phrases of common words across spaces), if any.
-   */
-  piece: { phrase: string; exact: boolean } | undefined;
   /** `folds` for a listing row read from the table: only what the term's letters need. */
   tableFolds: (alias: string) => Condition;
 }
@@ -100,7 +112,8 @@ interface SqliteSearch {
 /**
  * What a search means is unchanged: a term of three characters or more matches what the FTS5
  * trigram index matches (a case-folded substring of the title or the description); a shorter one
- * matches when `instr(lower(column), lower(term))` finds it. Cheaper conditions stand in for them
+ * matches when `instr(lower(column), lower(term))` finds it. Long terms are answered by the index
+ * itself; where a row is tested instead (a walk along a tag), cheaper conditions stand in for them
  * where they are provably the same:
  *
  * - For a printable-ASCII term, `column LIKE '%term%'` (ASCII case-insensitive, `%`, `_` and `\`
@@ -119,7 +132,7 @@ function sqliteSearch(term: string): SqliteSearch {
   const like = (a: string) =>
     sql<boolean>`(${col(a, "title")} like ${pattern} escape '\\' or ${col(a, "description")} like ${pattern} escape '\\')`;
   const probe = (a: string) =>
-    sql<boolean>`${col(a, "id")} in (select rowid from dir_listings_fts where dir_listings_fts match ${phrase} and rowid = ${col(a, "id")})`;
+    sql<boolean>`exists (select 1 from dir_listings_search where dir_listings_search match ${phrase} and rowid = ${searchKey(a)})`;
   let matches: Predicate;
   if (long && ascii) matches = (a, folds) => sql<boolean>`(${like(a)} or (${folds} and ${probe(a)}))`;
   else if (long) matches = probe;
@@ -127,12 +140,6 @@ function sqliteSearch(term: string): SqliteSearch {
   else {
     matches = (a) =>
       sql<boolean>`(instr(unicode_lower(${col(a, "title")}), ${needle}) > 0 or instr(unicode_lower(${col(a, "description")}), ${needle}) > 0)`;
-  }
-  let piece: SqliteSearch["piece"];
-  if (long && (!ascii || !/\s/.test(term))) piece = { phrase, exact: true };
-  else if (long) {
-    const run = term.split(/\s+/).reduce((a, b) => (b.length > a.length ? b : a), "");
-    if (run.length >= 3) piece = { phrase: `"${run.replace(/"/g, '""')}"`, exact: false };
   }
   const folding = [...(needle.includes("k") ? ["\u212a"] : []), ...(needle.includes("s") ? ["\u017f"] : [])];
   const tableFolds = (a: string) =>
@@ -145,18 +152,19 @@ function sqliteSearch(term: string): SqliteSearch {
           ]),
           sql` or `,
         )})`;
-  return { needle, long, ascii, matches, scannable: !long || ascii, piece, tableFolds };
+  return { needle, long, ascii, phrase, matches, scannable: !long || ascii, tableFolds };
 }
 
 /**
- * A search, in steps from cheapest to dearest; each step returns the exact page when it can:
- * - a scan in list order that looks at a bounded number of rows (settles common terms): through
- *   the covering search index, or along the tag's index;
- * - candidates from the indexes, sorted into list order by their keys (the full-text index for
- *   three characters or more; for shorter ASCII terms every trigram that starts with the term plus
- *   the columns that end with it; the tag's listings), when they are few enough;
- * - the scan without a bound.
- * Candidates that are a superset of the matches are checked with the search condition itself.
+ * A search, each step returning the exact page:
+ * - a term of three characters or more: its matches in list order from `dir_listings_search`
+ *   (keyed in list order), tested for the status, the range and the tag, until the page is full;
+ *   with a tag so small that walking it costs less (WALK_ROW_US), the tag's listings are walked in
+ *   list order and tested instead;
+ * - a shorter term: a scan in list order that looks at a bounded number of rows (settles common
+ *   terms), through the covering search index or along the tag's index; then its candidates in
+ *   list order (every trigram starting with the term, from the index's vocabulary, plus the
+ *   columns ending with it), tested; the scan without a bound when those are too many.
  */
 async function searchSqlite(db: Db, query: ListQuery, term: string): Promise<ListedRow[]> {
   // Several statements, one snapshot: a listing written meanwhile cannot be half seen.
@@ -167,72 +175,57 @@ async function searchSqlite(db: Db, query: ListQuery, term: string): Promise<Lis
       .execute((trx) => searchSqlite(trx, query, term));
   }
   const search = sqliteSearch(term);
-  return query.tag === undefined ? searchAll(db, query, search) : searchTag(db, query, search, query.tag);
-}
-
-async function searchAll(db: Db, query: ListQuery, search: SqliteSearch): Promise<ListedRow[]> {
-  if (search.scannable) {
-    const page = await indexScan(db, query, search, undefined, QUICK_SCAN);
-    if (page !== undefined) return page;
-  }
-  const few = await candidates(db, search, FEW_CANDIDATES);
-  if (few !== undefined) return candidatePage(db, query, search, few.ids, few.check);
-  if (search.scannable) {
-    const page = await indexScan(db, query, search, undefined, SCAN_BUDGET);
-    if (page !== undefined) return page;
-  }
-  const ids = await candidates(db, search, CANDIDATE_CAP);
-  if (ids !== undefined) return candidatePage(db, query, search, ids.ids, ids.check);
-  return (await indexScan(db, query, search, undefined, undefined)) as ListedRow[];
-}
-
-async function searchTag(db: Db, query: ListQuery, search: SqliteSearch, tag: string): Promise<ListedRow[]> {
-  if (search.scannable) {
-    const page = await tagScan(db, query, search, tag, QUICK_TAG_SCAN);
-    if (page !== undefined) return page;
-  }
-  // A tag of up to SMALL_TAG listings: its ids against the search's, or all of them checked.
-  const size = await sql<{ n: number }>`select count(*) as n from (select 1 from dir_listing_tags
-    where tag = ${tag} limit ${SMALL_TAG + 1})`.execute(db);
-  if ((size.rows[0]?.n ?? 0) <= SMALL_TAG) {
-    const tagged = await sql<{ id: number }>`select listing_id as id from dir_listing_tags
-      where tag = ${tag} order by listing_id`.execute(db);
-    const found = await candidates(db, search, CANDIDATE_CAP);
-    if (found !== undefined) {
-      const inTag = new Set(tagged.rows.map((r) => r.id));
-      return candidatePage(
-        db,
-        query,
-        search,
-        found.ids.filter((id) => inTag.has(id)),
-        found.check,
-      );
-    }
-    if (search.scannable) return (await tagScan(db, query, search, tag, undefined)) as ListedRow[];
-    return candidatePage(
+  if (search.long) {
+    const tag = query.tag;
+    if (tag === undefined)
+      return bodiesInOrder(db, await indexedPage(db, query, search.phrase, undefined, undefined), query.limit);
+    const { size, listings } = await tagSize(db, tag, SET_TAG);
+    // A tag so small that walking it costs less than the matches the index would yield before
+    // the page held enough of the tag's listings.
+    if (size * WALK_ROW_US < ((query.limit * listings) / Math.max(size, 1)) * INDEX_MATCH_US)
+      return bodiesInOrder(db, (await tagScan(db, query, search, tag, undefined)) as number[], query.limit);
+    return bodiesInOrder(
       db,
-      query,
-      search,
-      tagged.rows.map((r) => r.id),
-      true,
+      await indexedPage(db, query, search.phrase, undefined, { tag, set: size <= SET_TAG }),
+      query.limit,
     );
   }
-  // A large tag: the search's candidates if few, else a scan of the search index keeping the tag's.
-  const few = await candidates(db, search, FEW_CANDIDATES);
-  if (few !== undefined) return candidatePage(db, query, search, few.ids, few.check, tag);
+  return query.tag === undefined ? searchShort(db, query, search) : searchShortTag(db, query, search, query.tag);
+}
+
+/** The listings of a tag counted up to `cap + 1`, and of the whole directory (about: ids are not reused). */
+async function tagSize(db: Db, tag: string, cap: number): Promise<{ size: number; listings: number }> {
+  const result = await sql<{ n: number; listings: number | null }>`select
+    (select count(*) from (select 1 from dir_listing_tags where tag = ${tag} limit ${cap + 1})) as n,
+    (select max(id) from dir_listings) as listings`.execute(db);
+  const row = result.rows[0];
+  return { size: row?.n ?? 0, listings: row?.listings ?? 0 };
+}
+
+async function searchShort(db: Db, query: ListQuery, search: SqliteSearch): Promise<ListedRow[]> {
   if (search.scannable) {
-    const page = await indexScan(db, query, search, tag, SCAN_BUDGET);
-    if (page !== undefined) return page;
+    const ids = await indexScan(db, query, search, undefined, QUICK_SCAN);
+    if (ids !== undefined) return bodiesInOrder(db, ids, query.limit);
   }
-  const found = await candidates(db, search, CANDIDATE_CAP);
-  if (found !== undefined) return candidatePage(db, query, search, found.ids, found.check, tag);
-  // Common overall, yet not in the rows seen so far: walk the tag.
-  return (await tagScan(db, query, search, tag, undefined)) as ListedRow[];
+  const ids = await shortCandidates(db, query, search, undefined);
+  if (ids !== undefined) return bodiesInOrder(db, ids, query.limit);
+  return bodiesInOrder(db, (await indexScan(db, query, search, undefined, undefined)) as number[], query.limit);
+}
+
+async function searchShortTag(db: Db, query: ListQuery, search: SqliteSearch, tag: string): Promise<ListedRow[]> {
+  if (search.scannable) {
+    const ids = await tagScan(db, query, search, tag, QUICK_TAG_SCAN);
+    if (ids !== undefined) return bodiesInOrder(db, ids, query.limit);
+  }
+  const { size } = await tagSize(db, tag, SET_TAG);
+  const found = await shortCandidates(db, query, search, { tag, set: size <= SET_TAG });
+  if (found !== undefined) return bodiesInOrder(db, found, query.limit);
+  return bodiesInOrder(db, (await tagScan(db, query, search, tag, undefined)) as number[], query.limit);
 }
 
 /**
- * A scan of the covering search index in list order (optionally keeping a tag's listings), or
- * undefined when `budget` rows did not settle the page.
+ * Ids of a scan of the covering search index in list order (optionally keeping a tag's listings),
+ * or undefined when `budget` rows did not settle the page.
  */
 async function indexScan(
   db: Db,
@@ -240,7 +233,7 @@ async function indexScan(
   search: SqliteSearch,
   tag: string | undefined,
   budget: number | undefined,
-): Promise<ListedRow[] | undefined> {
+): Promise<number[] | undefined> {
   // CASE, so the tag is looked up only for rows that match (SQLite may reorder AND terms).
   const matches = search.matches("x", sql<boolean>`x.folds`);
   const wanted =
@@ -260,17 +253,17 @@ async function indexScan(
       order by s.updated_at, s.service_did limit 1 offset ${budget}`.execute(db);
     if (beyond.rows.length > 0) return undefined;
   }
-  return bodiesSqlite(db, ids);
+  return ids;
 }
 
-/** A scan of a tag's listings in list order, or undefined when `budget` rows did not settle the page. */
+/** Ids of a scan of a tag's listings in list order, or undefined when `budget` rows did not settle the page. */
 async function tagScan(
   db: Db,
   query: ListQuery,
   search: SqliteSearch,
   tag: string,
   budget: number | undefined,
-): Promise<ListedRow[] | undefined> {
+): Promise<number[] | undefined> {
   const hits = await sql<{ id: number }>`select x.id from (
       select t.listing_id as id, t.updated_at, t.service_did, t.status
       from dir_listing_tags as t indexed by dir_listing_tags_list
@@ -286,37 +279,97 @@ async function tagScan(
     );
     if (beyond.rows.length > 0) return undefined;
   }
-  return bodiesSqlite(db, ids);
+  return ids;
 }
 
-/** The listings matching an FTS5 query, in rowid order, or undefined when there are more than `cap`. */
-async function ftsIds(db: Db, match: string, cap: number): Promise<number[] | undefined> {
-  const ids = await sql<{ id: number }>`select rowid as id from dir_listings_fts
-    where dir_listings_fts match ${match} limit ${cap + 1}`.execute(db);
-  return ids.rows.length > cap ? undefined : ids.rows.map((r) => r.id);
-}
+/** `dir_listings_search`'s bucket of a timestamp (see `sqliteSearchKey`). */
+const bucketOf = (at: number) => sql`max(min(${at} >> 10, 4294967295), -4294967296)`;
 
-/** Every listing the search can match, and whether some others are among them; undefined past the cap. */
-async function candidates(
+/**
+ * Ids of the first `query.limit` listings in the page among the matches of the FTS5 query `match`
+ * (checked with `check` when it is looser than the search), in the index's key order, then every
+ * other match in the bucket of the last: the page is among them (ties within a bucket are not in
+ * list order).
+ */
+async function indexedPage(
   db: Db,
+  query: ListQuery,
+  match: string,
+  check: Predicate | undefined,
+  tag: TagFilter | undefined,
+): Promise<number[]> {
+  // The range starts at the bucket of the cursor or of updated_since, whichever is later.
+  const from = Math.max(
+    query.after?.updatedAt ?? Number.NEGATIVE_INFINITY,
+    query.updatedSince ?? Number.NEGATIVE_INFINITY,
+  );
+  const start = Number.isFinite(from) ? sql<boolean>`rowid >= (${bucketOf(from)} << 31)` : sql<boolean>`1`;
+  const first = await indexedHits(db, query, match, check, tag, start, query.limit);
+  const last = first.at(-1);
+  if (last === undefined || first.length < query.limit) return first.map((h) => h.id);
+  const rest = await indexedHits(
+    db,
+    query,
+    match,
+    check,
+    tag,
+    sql<boolean>`rowid > ((${last.bucket} << 31) | ${last.id}) and rowid <= ((${last.bucket} << 31) | 2147483647)`,
+    undefined,
+  );
+  return [...first, ...rest].map((h) => h.id);
+}
+
+/** Matches of `match` within `range` (a condition on the index's rowid) that are in the page, in key order. */
+async function indexedHits(
+  db: Db,
+  query: ListQuery,
+  match: string,
+  check: Predicate | undefined,
+  tag: TagFilter | undefined,
+  range: Condition,
+  limit: number | undefined,
+): Promise<{ id: number; bucket: number }[]> {
+  const conditions = [sql<boolean>`+k.status in (${sql.join(query.statuses)})`, bounds("k", query)];
+  if (tag?.set)
+    conditions.push(
+      sql<boolean>`(f.key & 2147483647) in (select listing_id from dir_listing_tags where tag = ${tag.tag})`,
+    );
+  else if (tag !== undefined)
+    conditions.push(
+      sql<boolean>`exists (select 1 from dir_listing_tags as g where g.tag = ${tag.tag} and g.listing_id = k.id)`,
+    );
+  if (check !== undefined) conditions.push(check("k", NO_FOLDS));
+  // Without a check, the keys index holds all that is tested (smaller than the table's rows).
+  const listing = check === undefined ? sql`dir_listings as k indexed by dir_listings_keys` : sql`dir_listings as k`;
+  const result = await sql<{ id: number; bucket: number }>`select k.id, f.key >> 31 as bucket
+    from (select rowid as key from dir_listings_search where dir_listings_search match ${match} and ${range}) as f
+    cross join ${listing} on k.id = (f.key & 2147483647)
+    where ${sql.join(conditions, sql` and `)}
+    order by f.key limit ${limit ?? -1}`.execute(db);
+  return result.rows;
+}
+
+/** Checks of short terms never read the folding flag (it concerns long terms only). */
+const NO_FOLDS = sql<boolean>`0`;
+
+/**
+ * A short (one- or two-character, printable ASCII) term's page among its candidates, or undefined
+ * when they are too many: a term occurring in a column either starts one of the column's trigrams
+ * (the full-text index holds them case-folded; its vocabulary lists them, with how many listings
+ * hold each) or ends the column.
+ */
+async function shortCandidates(
+  db: Db,
+  query: ListQuery,
   search: SqliteSearch,
-  cap: number,
-): Promise<{ ids: number[]; check: boolean } | undefined> {
-  if (search.piece !== undefined) {
-    const ids = await ftsIds(db, search.piece.phrase, cap);
-    return ids === undefined ? undefined : { ids, check: !search.piece.exact };
-  }
+  tag: TagFilter | undefined,
+): Promise<number[] | undefined> {
   if (search.long || !search.ascii) return undefined;
-  // A one- or two-character term occurring in a column either starts one of the column's trigrams
-  // (the full-text index holds them case-folded; its vocabulary lists them) or ends the column.
   const needle = search.needle;
   const upper = `${needle}\u{10ffff}`;
-  // The vocabulary counts each trigram's listings: their sum bounds the candidates it gives. Short
-  // terms' candidates are cheaper to sort than a second scan: twice the cap.
-  const most = cap * 2;
-  const terms = await sql<{ term: string; doc: number }>`select term, doc from dir_listings_fts_vocab
+  const terms = await sql<{ term: string; doc: number }>`select term, doc from dir_listings_search_vocab
     where term >= ${needle} and term < ${upper}`.execute(db);
-  if (terms.rows.reduce((sum, r) => sum + r.doc, 0) > most) return undefined;
+  if (terms.rows.reduce((sum, r) => sum + r.doc, 0) > SHORT_TERM_DOCS) return undefined;
   const ends =
     needle.length === 2
       ? sql`select id from dir_listings where lower(substr(title, -2)) = ${needle}
@@ -325,30 +378,40 @@ async function candidates(
           union select id from dir_listings where lower(substr(description, -2)) >= ${needle} and lower(substr(description, -2)) < ${upper}
           union select id from dir_listings where lower(substr(title, -1)) = ${needle}
           union select id from dir_listings where lower(substr(description, -1)) = ${needle}`;
-  const sources =
+  const ended = await sql<{ id: number }>`select id from (${ends}) limit ${ENDS_CAP + 1}`.execute(db);
+  if (ended.rows.length > ENDS_CAP) return undefined;
+  const fromIndex =
     terms.rows.length === 0
-      ? ends
-      : sql`select rowid as id from dir_listings_fts where dir_listings_fts match ${terms.rows
-          .map((r) => `"${r.term.replace(/"/g, '""')}"`)
-          .join(" OR ")} union ${ends}`;
-  const ids = await sql<{ id: number }>`select id from (${sources}) limit ${most + 1}`.execute(db);
-  return ids.rows.length > most ? undefined : { ids: ids.rows.map((r) => r.id), check: true };
+      ? []
+      : await indexedPage(
+          db,
+          query,
+          terms.rows.map((r) => `"${r.term.replace(/"/g, '""')}"`).join(" OR "),
+          search.matches,
+          tag,
+        );
+  const fromEnds = await candidatePage(
+    db,
+    query,
+    search,
+    ended.rows.map((r) => r.id),
+    tag?.tag,
+  );
+  return [...new Set([...fromIndex, ...fromEnds])];
 }
 
 /**
- * The page among candidate ids: their keys from `dir_listings_keys` (one lookup each: `+status`
- * keeps the status out of the index search), filtered and sorted into list order; with `check`,
- * the search condition is then applied in that order (through the search index) until the page is
- * full.
+ * Ids of the page among candidate ids: their keys from `dir_listings_keys` (one lookup each:
+ * `+status` keeps the status out of the index search), filtered and sorted into list order, then
+ * the search condition applied in that order (through the search index) until the page is full.
  */
 async function candidatePage(
   db: Db,
   query: ListQuery,
   search: SqliteSearch,
   ids: readonly number[],
-  check: boolean,
   tag?: string,
-): Promise<ListedRow[]> {
+): Promise<number[]> {
   if (ids.length === 0) return [];
   const tagged =
     tag === undefined
@@ -357,30 +420,22 @@ async function candidatePage(
   const ordered = sql`select k.id, k.updated_at, k.service_did from json_each(${JSON.stringify(ids)}) as c
     cross join dir_listings as k indexed by dir_listings_keys on k.id = c.value
     where +k.status in (${sql.join(query.statuses)}) and ${bounds("k", query)} and ${tagged}
-    order by k.updated_at, k.service_did limit ${check ? ids.length : query.limit}`;
-  const hits = check
-    ? await sql<{ id: number }>`select x.id from (${ordered}) as o
-        cross join dir_listings as x indexed by dir_listings_search_order
-          on x.updated_at = o.updated_at and x.service_did = o.service_did
-        where x.id = o.id and ${search.matches("x", indexedFolds("x"))}
-        order by o.updated_at, o.service_did limit ${query.limit}`.execute(db)
-    : await sql<{ id: number }>`${ordered}`.execute(db);
-  return bodiesSqlite(
-    db,
-    hits.rows.map((r) => r.id),
-  );
+    order by k.updated_at, k.service_did limit ${ids.length}`;
+  const hits = await sql<{ id: number }>`select x.id from (${ordered}) as o
+    cross join dir_listings as x indexed by dir_listings_search_order
+      on x.updated_at = o.updated_at and x.service_did = o.service_did
+    where x.id = o.id and ${search.matches("x", indexedFolds("x"))}
+    order by o.updated_at, o.service_did limit ${query.limit}`.execute(db);
+  return hits.rows.map((r) => r.id);
 }
 
-/** The rows of `ids`, in that order. */
-async function bodiesSqlite(db: Db, ids: readonly number[]): Promise<ListedRow[]> {
+/** The first `limit` listings of `ids`, in list order. */
+async function bodiesInOrder(db: Db, ids: readonly number[], limit: number): Promise<ListedRow[]> {
   if (ids.length === 0) return [];
-  const result = await sql<ListedRow & { id: number }>`select id, body, updated_at, service_did from dir_listings
-    where id in (select value from json_each(${JSON.stringify(ids)}))`.execute(db);
-  const byId = new Map(result.rows.map((r) => [r.id, r]));
-  return ids.map((id) => {
-    const row = byId.get(id) as ListedRow & { id: number };
-    return { body: row.body, updated_at: row.updated_at, service_did: row.service_did };
-  });
+  const result = await sql<ListedRow>`select body, updated_at, service_did from dir_listings
+    where id in (select value from json_each(${JSON.stringify(ids)}))
+    order by updated_at, service_did limit ${limit}`.execute(db);
+  return result.rows;
 }
 
 /** One page of listings on SQLite, through the index that fits the filters. */

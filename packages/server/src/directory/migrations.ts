@@ -313,12 +313,73 @@ function postgresSearch(engine: Engine): Migration {
   };
 }
 
+/**
+ * The key of a listing in `dir_listings_search` (SQLite): its list position to 1,024 ms, then its
+ * id. `updated_at >> 10` (clamped to 32 bits, past the year 2100) in the high bits and the id in
+ * the low 31, so the full-text index's own order (rowid) is list order up to ties within a
+ * 1,024 ms bucket, which a search settles by reading the page's last bucket whole. Ids stay below
+ * 2^31 (one per listing ever registered). `alias` is `new`, `old` or a table alias.
+ */
+export function sqliteSearchKey(alias: string): string {
+  return `((max(min(${alias}.updated_at >> 10, 4294967295), -4294967296) << 31) | (${alias}.id & 2147483647))`;
+}
+
+/**
+ * Search on SQLite in list order. 0001's trigram index was keyed by listing id, so a search had
+ * to sort its matches (or scan the list order testing each row) to find a page; this one is keyed
+ * by `sqliteSearchKey`, so FTS5 yields matches in list order and a page stops at its last match.
+ * It is contentless (it keeps no copy of the text; rows are deleted by key), and replaces 0001's
+ * table, its triggers and 0002's vocabulary view. Rebuilding it reads every listing once (about a
+ * minute per million).
+ */
+function sqliteOrderedSearch(engine: Engine): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      if (engine !== "sqlite") return;
+      for (const statement of [
+        "drop trigger dir_listings_fts_insert",
+        "drop trigger dir_listings_fts_delete",
+        "drop trigger dir_listings_fts_update",
+        "drop table dir_listings_fts_vocab",
+        "drop table dir_listings_fts",
+        `create virtual table dir_listings_search using fts5(
+          title, description, content='', contentless_delete=1, tokenize='trigram')`,
+        "create virtual table dir_listings_search_vocab using fts5vocab(dir_listings_search, row)",
+        // In key order (LIMIT keeps SQLite from dropping the subquery's ORDER BY): FTS5 writes out
+        // its pending terms whenever a key arrives out of order.
+        `insert into dir_listings_search (rowid, title, description)
+          select o.key, l.title, l.description
+          from (select ${sqliteSearchKey("k")} as key, k.id from dir_listings as k order by 1 limit -1) as o
+          cross join dir_listings as l on l.id = o.id`,
+        `create trigger dir_listings_search_insert after insert on dir_listings begin
+          insert into dir_listings_search (rowid, title, description)
+            values (${sqliteSearchKey("new")}, new.title, new.description);
+        end`,
+        `create trigger dir_listings_search_delete after delete on dir_listings begin
+          delete from dir_listings_search where rowid = ${sqliteSearchKey("old")};
+        end`,
+        `create trigger dir_listings_search_update after update of id, updated_at, title, description on dir_listings
+          when ${sqliteSearchKey("old")} <> ${sqliteSearchKey("new")}
+            or old.title is not new.title or old.description is not new.description
+        begin
+          delete from dir_listings_search where rowid = ${sqliteSearchKey("old")};
+          insert into dir_listings_search (rowid, title, description)
+            values (${sqliteSearchKey("new")}, new.title, new.description);
+        end`,
+      ]) {
+        await sql.raw(statement).execute(db);
+      }
+    },
+  };
+}
+
 export function directoryMigrations(engine: Engine): Record<string, Migration> {
   return {
     "0001_initial": initial(engine),
     "0002_search_indexes": searchIndexes(engine),
     "0003_mirror": mirrorState(engine),
     "0004_postgres_search": postgresSearch(engine),
+    "0005_sqlite_ordered_search": sqliteOrderedSearch(engine),
   };
 }
 

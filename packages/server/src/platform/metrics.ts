@@ -7,6 +7,7 @@
  * `Authorization: Bearer $METRICS_TOKEN` (compared in constant time): without the variable the
  * path is an ordinary 404, so nothing about the process leaks from the public port.
  */
+import { readFileSync } from "node:fs";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { DependencyMonitor } from "./dependency-monitor.js";
@@ -55,6 +56,15 @@ export class ServiceMetrics implements RequestObserver {
       help: "Hits a rate limit denied, by rule (scope); most become 429 responses.",
       labelNames: ["scope"],
       registers: [this.registry],
+    });
+    new Gauge({
+      name: "proto_process_resident_memory_bytes",
+      help: "Resident memory by kind (Linux): anon is the process's own (heap, caches), file is mapped file pages (code, SQLite's mapped database) the kernel can reclaim, shmem is shared memory.",
+      labelNames: ["kind"],
+      registers: [this.registry],
+      collect() {
+        for (const [kind, bytes] of residentMemory()) this.set({ kind }, bytes);
+      },
     });
   }
 
@@ -112,6 +122,26 @@ export class ServiceMetrics implements RequestObserver {
   rateLimited(scope: string): void {
     this.#rateLimited.inc({ scope });
   }
+}
+
+/** `RssAnon`, `RssFile` and `RssShmem` of this process from /proc/self/status; none off Linux. */
+function residentMemory(): [string, number][] {
+  let status: string;
+  try {
+    status = readFileSync("/proc/self/status", "utf8");
+  } catch {
+    return [];
+  }
+  const kinds: [string, number][] = [];
+  for (const [kind, field] of [
+    ["anon", "RssAnon"],
+    ["file", "RssFile"],
+    ["shmem", "RssShmem"],
+  ] as const) {
+    const kb = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1];
+    if (kb !== undefined) kinds.push([kind, Number(kb) * 1024]);
+  }
+  return kinds;
 }
 
 function bearerToken(request: FastifyRequest): string | undefined {
