@@ -379,7 +379,7 @@ export function directoryMigrations(engine: Engine): Record<string, Migration> {
     "0002_search_indexes": searchIndexes(engine),
     "0003_mirror": mirrorState(engine),
     "0004_postgres_search": postgresSearch(engine),
-    "0006_sqlite_ordered_search": sqliteOrderedSearch(engine),
+    "0005_sqlite_ordered_search": sqliteOrderedSearch(engine),
   };
 }
 
