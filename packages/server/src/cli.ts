@@ -1,10 +1,25 @@
 import { parseArgs } from "node:util";
-import { buildDirectoryApp } from "./directory/app.js";
-import { readDirectoryConfig } from "./directory/config.js";
 import { isProductionEnv } from "./platform/config.js";
 import { ConfigError } from "./platform/env.js";
-import { buildTrustApp } from "./trust/app.js";
-import { readTrustConfig } from "./trust/config.js";
+
+/**
+ * Each service's modules are loaded only by the commands that run it: the attestor's (JOSE, OpenID,
+ * mail) would otherwise take about 10 MB of a directory's memory, and the directory's an attestor's.
+ */
+const directoryModules = async () => {
+  const [{ buildDirectoryApp }, { readDirectoryConfig }] = await Promise.all([
+    import("./directory/app.js"),
+    import("./directory/config.js"),
+  ]);
+  return { buildDirectoryApp, readDirectoryConfig };
+};
+const trustModules = async () => {
+  const [{ buildTrustApp }, { readTrustConfig }] = await Promise.all([
+    import("./trust/app.js"),
+    import("./trust/config.js"),
+  ]);
+  return { buildTrustApp, readTrustConfig };
+};
 
 const USAGE = `usage: proto-server <command> [options]
 
@@ -45,12 +60,14 @@ function defaultHost(): string {
 /** `--mirror-of URL` is `DIRECTORY_MIRROR_OF=URL`, checked by the same rules. */
 async function startDirectory(listenPort: number, host: string, mirrorOf: string | undefined): Promise<Running> {
   const env = mirrorOf === undefined ? process.env : { ...process.env, DIRECTORY_MIRROR_OF: mirrorOf };
+  const { buildDirectoryApp, readDirectoryConfig } = await directoryModules();
   const directory = await buildDirectoryApp(readDirectoryConfig(env));
   await directory.app.listen({ port: listenPort, host });
   return { name: "directory", close: directory.close };
 }
 
 async function startTrust(listenPort: number, host: string): Promise<Running> {
+  const { buildTrustApp, readTrustConfig } = await trustModules();
   const trust = await buildTrustApp(readTrustConfig());
   await trust.app.listen({ port: listenPort, host });
   return { name: "trust", close: trust.close };
@@ -58,6 +75,7 @@ async function startTrust(listenPort: number, host: string): Promise<Running> {
 
 /** The operator's rotation: the same as the schedule and the test hook, then exit. */
 async function rotateKeys(): Promise<void> {
+  const { buildTrustApp, readTrustConfig } = await trustModules();
   const trust = await buildTrustApp(readTrustConfig());
   try {
     const rotation = await trust.keys.rotate();
