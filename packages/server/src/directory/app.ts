@@ -9,6 +9,7 @@ import { registerOpenApi } from "../platform/openapi.js";
 import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { DirectoryConfig } from "./config.js";
+import { PostgresListingFeed } from "./listing-changes.js";
 import { instrumentMirror, instrumentRevalidation } from "./metrics.js";
 import { type DirectorySchema, directoryMigrations } from "./migrations.js";
 import { DirectoryMirror, type MirrorFetch, registerMirrorSyncHook, registerReadOnlyGuard } from "./mirror.js";
@@ -62,7 +63,25 @@ export async function buildDirectoryApp(
     resolve: config.platform.fetch.resolve,
     ...(options.fetchCa ? { ca: options.fetchCa } : {}),
   });
-  const service = new DirectoryService({ database, clock: parts.clock, fetcher, settings: config.settings });
+  // PostgreSQL: the read cache hears of other replicas' writes on a LISTEN connection of its own.
+  const feed =
+    database.engine === "postgres" && config.settings.readCacheBytes > 0
+      ? new PostgresListingFeed({
+          url: config.databaseUrl,
+          onChange: (did) => service.listingsChanged(did),
+          onStatus: (up, error) => {
+            if (up) app.log.info("listing change feed is back: single-listing reads are cached again");
+            else app.log.warn({ err: error }, "listing change feed lost: single-listing reads go to the database");
+          },
+        })
+      : undefined;
+  const service = new DirectoryService({
+    database,
+    clock: parts.clock,
+    fetcher,
+    settings: config.settings,
+    ...(feed ? { readCacheVersion: feed.version } : {}),
+  });
   instrumentRevalidation(service, metrics);
   const app = createHttpServer({
     logLevel: config.platform.logLevel,
@@ -72,6 +91,7 @@ export async function buildDirectoryApp(
     metrics,
     onDependencyFailure: (dependency, error) => parts.dependencies.failed(dependency, error),
   });
+  await feed?.start();
   await registerOpenApi(app, { ...DIRECTORY_OPENAPI, publicUrl: config.publicUrl });
   registerMetricsRoute(app, metrics, config.platform.metricsToken);
   let mirror: DirectoryMirror | undefined;
@@ -82,11 +102,13 @@ export async function buildDirectoryApp(
       settings: config.mirror,
       revalidationIntervalSeconds: config.settings.revalidation.intervalSeconds,
       log: app.log,
+      onListingsChanged: () => service.listingsChanged(),
       ...(options.mirrorFetch ? { fetch: options.mirrorFetch } : {}),
     });
     try {
       await mirror.open();
     } catch (error) {
+      await feed?.close();
       await database.close();
       await parts.close();
       throw error;
@@ -149,6 +171,7 @@ export async function buildDirectoryApp(
       await mirror?.stop();
       await app.close();
       await service.idle();
+      await feed?.close();
       await database.close();
       await parts.close();
     },

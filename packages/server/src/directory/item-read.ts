@@ -2,6 +2,7 @@ import { notFound } from "../platform/errors.js";
 import { type FastAnswer, type FastRoute, fastError } from "../platform/fast-path.js";
 import { rateLimitError } from "../platform/http.js";
 import { type RateLimitDecision, type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
+import type { StoredBody } from "./body-cache.js";
 import { conditionalRead, READ_CORS } from "./read-answers.js";
 import type { DirectoryService } from "./service.js";
 
@@ -26,10 +27,10 @@ export function answerItem(
   ifNoneMatch: string | string[] | undefined,
 ): FastAnswer | Promise<FastAnswer> {
   const body = service.get(did);
-  return body instanceof Promise ? body.then((text) => found(text, ifNoneMatch)) : found(body, ifNoneMatch);
+  return body instanceof Promise ? body.then((stored) => found(stored, ifNoneMatch)) : found(body, ifNoneMatch);
 }
 
-function found(body: string | undefined, ifNoneMatch: string | string[] | undefined): FastAnswer {
+function found(body: StoredBody | undefined, ifNoneMatch: string | string[] | undefined): FastAnswer {
   if (body === undefined) return fastError(notFound("no listing for that DID"), READ_CORS);
   return conditionalRead(body, ITEM_CACHE, JSON_TYPE, ifNoneMatch);
 }

@@ -4,10 +4,11 @@ import type { Database } from "../platform/database.js";
 import { changeCounter, isUniqueViolation, syncReader } from "../platform/database.js";
 import { ApiError, conflict, forbidden, notFound, rateLimited, unauthorized } from "../platform/errors.js";
 import { constantTimeEqual, hashToken, randomToken } from "../platform/tokens.js";
-import { ListingBodyCache } from "./body-cache.js";
+import { type CacheVersion, ListingBodyCache, type StoredBody, storedBody } from "./body-cache.js";
 import { decodeCursor, encodeCursor, type Position } from "./cursor.js";
 import { type DiscoveryLocation, parseDiscoveryUrl } from "./discovery-url.js";
 import { LISTING_STATUSES, type Listing, type ListingStatus, listingBody, rfc3339, toListing } from "./listing.js";
+import { throttledVersion } from "./listing-changes.js";
 import type { DirectorySchema, ListingRow } from "./migrations.js";
 import type { DirectorySettings } from "./settings.js";
 import * as store from "./store.js";
@@ -91,15 +92,23 @@ export class DirectoryService {
     clock: Clock;
     fetcher: Fetcher;
     settings: DirectorySettings;
+    /**
+     * Whether single-listing reads may be cached, for a store whose other writers this process
+     * hears of only through a feed (PostgreSQL: `PostgresListingFeed.version`, whose changes
+     * reach `listingsChanged`). A SQLite file needs none: its change counter is read here.
+     */
+    readCacheVersion?: CacheVersion;
   }) {
     this.#db = deps.database;
     this.#clock = deps.clock;
     this.#fetcher = deps.fetcher;
     this.#settings = deps.settings;
-    // Only where reads are synchronous and a change counter sees every commit: SQLite in a file.
     const changes = changeCounter(this.#kdb);
-    if (changes !== undefined && syncReader(this.#kdb) !== undefined && deps.settings.readCacheBytes > 0) {
-      this.#bodies = new ListingBodyCache(deps.settings.readCacheBytes, changes);
+    const version =
+      deps.readCacheVersion ??
+      (changes !== undefined && syncReader(this.#kdb) !== undefined ? throttledVersion(changes) : undefined);
+    if (version !== undefined && deps.settings.readCacheBytes > 0) {
+      this.#bodies = new ListingBodyCache(deps.settings.readCacheBytes, version);
     }
   }
 
@@ -170,7 +179,11 @@ export class DirectoryService {
     }
     // 6 and 7. Create, re-register, or refuse.
     try {
-      return await this.#kdb.transaction().execute((trx) => this.#register(trx, location, document, submission));
+      const registered = await this.#kdb
+        .transaction()
+        .execute((trx) => this.#register(trx, location, document, submission));
+      this.listingsChanged(serviceDid);
+      return registered;
     } catch (error) {
       if (isUniqueViolation(error)) throw conflict("the host or DID is already claimed by another listing");
       throw error;
@@ -320,7 +333,7 @@ export class DirectoryService {
   }
 
   async update(serviceDid: string, bearer: string | undefined, patch: ListingPatch): Promise<Listing> {
-    return this.#kdb.transaction().execute(async (trx) => {
+    const updated = await this.#kdb.transaction().execute(async (trx) => {
       const listing = await this.#authorize(trx, serviceDid, bearer);
       const row: ListingRow = {
         ...listing,
@@ -333,6 +346,8 @@ export class DirectoryService {
       await store.saveListing(trx, row);
       return toListing(row);
     });
+    this.listingsChanged(serviceDid);
+    return updated;
   }
 
   async withdraw(serviceDid: string, bearer: string | undefined): Promise<void> {
@@ -344,12 +359,26 @@ export class DirectoryService {
       await store.saveListing(trx, row);
       await store.revokeSessions(trx, serviceDid, now);
     });
+    this.listingsChanged(serviceDid);
   }
 
   /** The serialised listing, or undefined; at once (no promise) where the store can answer so. */
-  get(serviceDid: string): string | undefined | Promise<string | undefined> {
-    if (this.#bodies === undefined) return store.findListingBody(this.#kdb, serviceDid);
-    return this.#bodies.get(serviceDid, () => store.findListingBody(this.#kdb, serviceDid) as string | undefined);
+  get(serviceDid: string): StoredBody | undefined | Promise<StoredBody | undefined> {
+    if (this.#bodies !== undefined)
+      return this.#bodies.get(serviceDid, () => store.findListingBody(this.#kdb, serviceDid));
+    const text = store.findListingBody(this.#kdb, serviceDid);
+    if (text instanceof Promise) return text.then((value) => (value === undefined ? undefined : storedBody(value)));
+    return text === undefined ? undefined : storedBody(text);
+  }
+
+  /**
+   * Says that this process changed the listing `serviceDid` (any listing, without one): its next
+   * single-listing read goes to the store. Called once the write committed, so the replica that
+   * took a write serves it at once; other writers are heard of through the store (listing-changes.ts).
+   */
+  listingsChanged(serviceDid?: string): void {
+    if (serviceDid === undefined) this.#bodies?.clear();
+    else this.#bodies?.forget(serviceDid);
   }
 
   async list(request: ListRequest): Promise<ListPage> {
@@ -470,6 +499,7 @@ export class DirectoryService {
         await store.saveBookkeeping(trx, row.id, { failure_count, next_check_at: next, lease_until, fetched_at, body });
       }
     });
+    this.listingsChanged(listing.service_did);
   }
 
   /**
