@@ -10,7 +10,7 @@ import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { DirectoryConfig } from "./config.js";
 import { PostgresListingFeed } from "./listing-changes.js";
-import { instrumentMirror, instrumentRevalidation } from "./metrics.js";
+import { instrumentListingFeed, instrumentMirror, instrumentRevalidation } from "./metrics.js";
 import { type DirectorySchema, directoryMigrations } from "./migrations.js";
 import { DirectoryMirror, type MirrorFetch, registerMirrorSyncHook, registerReadOnlyGuard } from "./mirror.js";
 import { directoryPages } from "./pages/plugin.js";
@@ -67,7 +67,7 @@ export async function buildDirectoryApp(
   const feed =
     database.engine === "postgres" && config.settings.readCacheBytes > 0
       ? new PostgresListingFeed({
-          url: config.databaseUrl,
+          url: config.listenDatabaseUrl ?? config.databaseUrl,
           onChange: (did) => service.listingsChanged(did),
           onStatus: (up, error) => {
             if (up) app.log.info("listing change feed is back: single-listing reads are cached again");
@@ -83,6 +83,7 @@ export async function buildDirectoryApp(
     ...(feed ? { readCacheVersion: feed.version } : {}),
   });
   instrumentRevalidation(service, metrics);
+  if (feed !== undefined) instrumentListingFeed(feed, metrics);
   const app = createHttpServer({
     logLevel: config.platform.logLevel,
     trustedProxies: config.platform.trustedProxies,

@@ -35,6 +35,9 @@ export function throttledVersion(counter: () => number, periodMs = SQLITE_CHECK_
   };
 }
 
+/** The listening connection's `application_name`. */
+export const FEED_APPLICATION_NAME = "proto-directory-listing-feed";
+
 /** The channel the migration's trigger notifies; the payload is the listing's DID, empty for "any". */
 export const LISTING_CHANNEL = "dir_listings";
 
@@ -111,6 +114,8 @@ export class PostgresListingFeed {
       connectionString: this.#options.url,
       connectionTimeoutMillis: this.#options.deadAfterMs,
       keepAlive: true,
+      // What an operator sees in pg_stat_activity.
+      application_name: FEED_APPLICATION_NAME,
     });
     this.#client = client;
     const lost = (error?: unknown) => this.#lost(client, error);

@@ -90,10 +90,44 @@ function decide(rule: RateLimitRule, allowed: boolean, count: number, now: numbe
   };
 }
 
-// Rule name and window length both go into the counter id, so reconfiguring a rule's window
-// cannot land on counters kept under the old length.
+interface CheckedRule {
+  name: string;
+  limit: number;
+  windowSeconds: number;
+  /** The counter id's start: escaped name and window length, and the separator before the key. */
+  prefix: string;
+}
+
+// Each rule object is validated and its id prefix built once, not at every hit (the read limit
+// runs on every read); a rule changed in place is checked again.
+const checkedRules = new WeakMap<RateLimitRule, CheckedRule>();
+
+function checkRule(rule: RateLimitRule): CheckedRule {
+  const checked = checkedRules.get(rule);
+  if (
+    checked !== undefined &&
+    checked.name === rule.name &&
+    checked.limit === rule.limit &&
+    checked.windowSeconds === rule.windowSeconds
+  ) {
+    return checked;
+  }
+  validateRule(rule);
+  const fresh = {
+    name: rule.name,
+    limit: rule.limit,
+    windowSeconds: rule.windowSeconds,
+    // Rule name and window length both go into the counter id, so reconfiguring a rule's window
+    // cannot land on counters kept under the old length.
+    prefix: `${rateLimitKey(rule.name, String(rule.windowSeconds))}:`,
+  };
+  checkedRules.set(rule, fresh);
+  return fresh;
+}
+
+/** `rateLimitKey(rule.name, windowSeconds, key)`: the id shared by every replica (Redis). */
 function counterId(rule: RateLimitRule, key: string): string {
-  return rateLimitKey(rule.name, String(rule.windowSeconds), key);
+  return checkRule(rule).prefix + escapeKeyPart(key);
 }
 
 export interface MemoryRateLimiterOptions {
@@ -144,10 +178,12 @@ export class MemoryRateLimiter implements RateLimiter {
 
   /** The same as hit(); synchronous, so it is atomic within the process. */
   hitSync(rule: RateLimitRule, key: string): RateLimitDecision {
-    validateRule(rule);
+    const checked = checkRule(rule);
     const now = this.#clock.now();
     const { index, resetAt } = currentWindow(rule, now);
-    const id = counterId(rule, key);
+    // In this process an id needs only to be unique: the escaped name and window end at the
+    // prefix's second colon, and whatever follows is the key, unescaped.
+    const id = checked.prefix + key;
 
     if (now >= this.#nextSweepAt) this.#sweep(now);
 
@@ -241,7 +277,6 @@ export class RedisRateLimiter implements RateLimiter {
   }
 
   async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
-    validateRule(rule);
     const now = this.#clock.now();
     const { index, resetAt } = currentWindow(rule, now);
     const redisKey = `${this.#prefix}${counterId(rule, key)}:${index}`;
