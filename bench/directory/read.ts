@@ -13,7 +13,8 @@
  * run and dropped after it. Neither server is given REDIS_URL, so the read limit is counted in
  * the directory's process.
  *
- * Load comes from its own process: `wrk` (Debian's package: `apt-get install wrk`; preferred, as a
+ * Both servers are warmed up until every path was read twice over (the directory's cache is then
+ * full: the figures are of the steady state). Load comes from its own process: `wrk` (Debian's package: `apt-get install wrk`; preferred, as a
  * Node.js generator saturates before the servers on two cores), else `npx --no-install
  * autocannon`, else a small Node.js generator. Requests cycle through 20,000 different DIDs.
  * Baseline and directory rounds alternate; the figures are medians over rounds.
@@ -103,8 +104,15 @@ try {
     { name: "node:http baseline", child: baseline, rounds: [] as Round[] },
     { name: "directory", child: directory, rounds: [] as Round[] },
   ];
+  // Until every path has been read at least twice over: the directory's cache is then warm (on
+  // PostgreSQL its first pass runs at the database's pace), and the figures are of the steady state.
   log("warming up");
-  for (const subject of subjects) await generator.run(subject.child.port, CONNECTIONS, QUICK ? 2 : 3, THREADS);
+  for (const subject of subjects) {
+    let requests = 0;
+    do {
+      requests += (await generator.run(subject.child.port, CONNECTIONS, QUICK ? 2 : 3, THREADS)).requests;
+    } while (requests < 2 * paths.length);
+  }
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 === 0 ? subjects : [...subjects].reverse();
     for (const subject of order) {

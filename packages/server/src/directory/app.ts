@@ -1,7 +1,7 @@
 import { createSafeFetcher } from "@proto/protocol";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
-import { type Database, openDatabase } from "../platform/database.js";
+import { changeCounter, type Database, openDatabase } from "../platform/database.js";
 import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
@@ -9,7 +9,7 @@ import { registerOpenApi } from "../platform/openapi.js";
 import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { DirectoryConfig } from "./config.js";
-import { PostgresListingFeed } from "./listing-changes.js";
+import { type ListingChanges, PostgresListingFeed, SqliteListingChanges } from "./listing-changes.js";
 import { instrumentListingFeed, instrumentMirror, instrumentRevalidation } from "./metrics.js";
 import { type DirectorySchema, directoryMigrations } from "./migrations.js";
 import { DirectoryMirror, type MirrorFetch, registerMirrorSyncHook, registerReadOnlyGuard } from "./mirror.js";
@@ -63,24 +63,33 @@ export async function buildDirectoryApp(
     resolve: config.platform.fetch.resolve,
     ...(options.fetchCa ? { ca: options.fetchCa } : {}),
   });
-  // PostgreSQL: the read cache hears of other replicas' writes on a LISTEN connection of its own.
-  const feed =
-    database.engine === "postgres" && config.settings.readCacheBytes > 0
-      ? new PostgresListingFeed({
-          url: config.listenDatabaseUrl ?? config.databaseUrl,
-          onChange: (did) => service.listingsChanged(did),
-          onStatus: (up, error) => {
-            if (up) app.log.info("listing change feed is back: single-listing reads are cached again");
-            else app.log.warn({ err: error }, "listing change feed lost: single-listing reads go to the database");
-          },
-        })
-      : undefined;
+  // Where the single-listing read cache hears of other writers: SQLite's change counter (a file
+  // only: an in-memory store has no other writer and no reader connection), or, on PostgreSQL, a
+  // LISTEN connection of its own.
+  let changes: ListingChanges | undefined;
+  let feed: PostgresListingFeed | undefined;
+  if (config.settings.readCacheBytes > 0) {
+    const counter = changeCounter(database.db);
+    if (database.engine === "postgres") {
+      feed = new PostgresListingFeed({
+        url: config.listenDatabaseUrl ?? config.databaseUrl,
+        onChange: (did) => service.listingsChanged(did),
+        onStatus: (up, error) => {
+          if (up) app.log.info("listing change feed is back: single-listing reads are cached again");
+          else app.log.warn({ err: error }, "listing change feed lost: single-listing reads go to the database");
+        },
+      });
+      changes = feed;
+    } else if (counter !== undefined) {
+      changes = new SqliteListingChanges(counter);
+    }
+  }
   const service = new DirectoryService({
     database,
     clock: parts.clock,
     fetcher,
     settings: config.settings,
-    ...(feed ? { readCacheVersion: feed.version } : {}),
+    ...(changes ? { readCacheVersion: changes.version } : {}),
   });
   instrumentRevalidation(service, metrics);
   if (feed !== undefined) instrumentListingFeed(feed, metrics);
@@ -109,7 +118,7 @@ export async function buildDirectoryApp(
     try {
       await mirror.open();
     } catch (error) {
-      await feed?.close();
+      await changes?.close();
       await database.close();
       await parts.close();
       throw error;
@@ -172,7 +181,7 @@ export async function buildDirectoryApp(
       await mirror?.stop();
       await app.close();
       await service.idle();
-      await feed?.close();
+      await changes?.close();
       await database.close();
       await parts.close();
     },

@@ -50,7 +50,7 @@ export class ListingBodyCache {
   /** The cached listing, else `read`'s answer (cached when it is a listing). */
   get(
     serviceDid: string,
-    read: () => string | undefined | Promise<string | undefined>,
+    read: (serviceDid: string) => string | undefined | Promise<string | undefined>,
   ): StoredBody | undefined | Promise<StoredBody | undefined> {
     const version = this.#version();
     if (version !== this.#cachedUnder) {
@@ -61,7 +61,7 @@ export class ListingBodyCache {
       if (cached !== undefined) return cached;
     }
     const epoch = this.#epoch;
-    const text = read();
+    const text = read(serviceDid);
     if (text instanceof Promise) return text.then((value) => this.#keep(serviceDid, value, version, epoch));
     return this.#keep(serviceDid, text, version, epoch);
   }

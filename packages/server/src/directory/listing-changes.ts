@@ -5,8 +5,8 @@
  * anyway, `max-age=60`), and nothing may depend on the writer living past its commit.
  *
  * - SQLite: `data_version` moves on a commit by any connection of any process. Reading it is a
- *   statement (a read transaction) that cost as much as the rest of a cached read, so it is read
- *   at most every SQLITE_CHECK_MS: other processes' writes are seen within that time.
+ *   statement (a read transaction) that cost as much as the rest of a cached read, so a timer
+ *   reads it every SQLITE_CHECK_MS: other processes' writes are seen within that time.
  * - PostgreSQL: the migration `0005_listing_changes` makes every write of a listing's body call
  *   `pg_notify('dir_listings', service_did)` in the writing transaction, so the notification is
  *   delivered if and only if the write committed, whatever becomes of the writer. Each replica
@@ -21,18 +21,46 @@ import type { CacheVersion } from "./body-cache.js";
 /** Other processes' commits on a SQLite file reach the read cache within this time. */
 export const SQLITE_CHECK_MS = 100;
 
-/** `counter` (SQLite's data_version), read at most every `periodMs`. */
-export function throttledVersion(counter: () => number, periodMs = SQLITE_CHECK_MS): CacheVersion {
-  let checkedAt = Number.NEGATIVE_INFINITY;
-  let version = 0;
-  return () => {
-    const now = performance.now();
-    if (now - checkedAt >= periodMs) {
-      checkedAt = now;
-      version = counter();
-    }
-    return version;
-  };
+/** Where the read cache learns of other writers; `version` is asked at every lookup, so it only reads a field. */
+export interface ListingChanges {
+  readonly version: CacheVersion;
+  close(): Promise<void>;
+}
+
+/**
+ * SQLite: `counter` (data_version) read every `periodMs` by a timer, not at each lookup: timing
+ * or reading anything there allocated on every read, and the garbage of the hottest path is what
+ * the young generation must stay free of.
+ */
+export class SqliteListingChanges implements ListingChanges {
+  #version = 0;
+  #trusted = true;
+  readonly #timer: NodeJS.Timeout;
+
+  constructor(counter: () => number, periodMs = SQLITE_CHECK_MS) {
+    let last = counter();
+    this.#timer = setInterval(() => {
+      try {
+        const now = counter();
+        if (now !== last) {
+          last = now;
+          this.#version++;
+        }
+      } catch {
+        // The store was closed under us: nothing is trusted any more.
+        clearInterval(this.#timer);
+        this.#trusted = false;
+      }
+    }, periodMs);
+    this.#timer.unref();
+  }
+
+  readonly version: CacheVersion = () => (this.#trusted ? this.#version : undefined);
+
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    this.#trusted = false;
+  }
 }
 
 /** The listening connection's `application_name`. */
@@ -63,15 +91,19 @@ export interface PostgresListingFeedOptions {
  * of the query's answer, so once a heartbeat started at t is answered, every change committed
  * before t has been heard: a cached listing is never more than `trustMs` behind.
  */
-export class PostgresListingFeed {
+export class PostgresListingFeed implements ListingChanges {
   readonly #options: Required<Omit<PostgresListingFeedOptions, "onStatus">> &
     Pick<PostgresListingFeedOptions, "onStatus">;
   #client: pg.Client | undefined;
   #listening = false;
   /** Moves at every (re)connection: entries cached before it are dropped. */
   #session = 0;
-  /** When the last answered heartbeat (or the LISTEN) was sent. */
-  #confirmedAt = Number.NEGATIVE_INFINITY;
+  /**
+   * Until `trustMs` after the last answered heartbeat (or the LISTEN) was sent; a timer ends it,
+   * so a lookup reads a field instead of the clock.
+   */
+  #trusted = false;
+  #distrust: NodeJS.Timeout | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #reconnect: NodeJS.Timeout | undefined;
   #pending = false;
@@ -88,10 +120,22 @@ export class PostgresListingFeed {
     return this.#connect();
   }
 
-  readonly version: CacheVersion = () => {
-    if (!this.#listening || performance.now() - this.#confirmedAt > this.#options.trustMs) return undefined;
-    return this.#session;
-  };
+  readonly version: CacheVersion = () => (this.#trusted ? this.#session : undefined);
+
+  /** A heartbeat (or the LISTEN) sent at `sent` was answered: everything committed before it was heard. */
+  #confirmed(sent: number): void {
+    const left = sent + this.#options.trustMs - performance.now();
+    clearTimeout(this.#distrust);
+    if (left <= 0 || !this.#listening) {
+      this.#trusted = false;
+      return;
+    }
+    this.#trusted = true;
+    this.#distrust = setTimeout(() => {
+      this.#trusted = false;
+    }, left);
+    this.#distrust.unref();
+  }
 
   /** Whether the feed is listening now (for tests and readiness-like reporting). */
   get listening(): boolean {
@@ -102,9 +146,11 @@ export class PostgresListingFeed {
     this.#closed = true;
     clearTimeout(this.#reconnect);
     clearInterval(this.#heartbeat);
+    clearTimeout(this.#distrust);
     const client = this.#client;
     this.#client = undefined;
     this.#listening = false;
+    this.#trusted = false;
     await client?.end().catch(() => undefined);
   }
 
@@ -131,8 +177,8 @@ export class PostgresListingFeed {
       await client.query(`listen ${LISTING_CHANNEL}`);
       if (client !== this.#client) return;
       this.#session++;
-      this.#confirmedAt = sent;
       this.#listening = true;
+      this.#confirmed(sent);
       this.#failures = 0;
       if (this.#down) {
         this.#down = false;
@@ -158,7 +204,7 @@ export class PostgresListingFeed {
       () => {
         clearTimeout(deadline);
         this.#pending = false;
-        if (client === this.#client) this.#confirmedAt = sent;
+        if (client === this.#client) this.#confirmed(sent);
       },
       (error: unknown) => {
         clearTimeout(deadline);
@@ -172,6 +218,8 @@ export class PostgresListingFeed {
     if (client !== this.#client) return;
     this.#client = undefined;
     this.#listening = false;
+    this.#trusted = false;
+    clearTimeout(this.#distrust);
     this.#pending = false;
     clearInterval(this.#heartbeat);
     // A connection that stopped answering may never say goodbye; its events no longer count.

@@ -1,14 +1,13 @@
 import { didWebMatchesHost, SafeFetchError, type SafeResponse, validateDiscoveryDocument } from "@proto/protocol";
 import type { Clock } from "../platform/clock.js";
 import type { Database } from "../platform/database.js";
-import { changeCounter, isUniqueViolation, syncReader } from "../platform/database.js";
+import { isUniqueViolation } from "../platform/database.js";
 import { ApiError, conflict, forbidden, notFound, rateLimited, unauthorized } from "../platform/errors.js";
 import { constantTimeEqual, hashToken, randomToken } from "../platform/tokens.js";
 import { type CacheVersion, ListingBodyCache, type StoredBody, storedBody } from "./body-cache.js";
 import { decodeCursor, encodeCursor, type Position } from "./cursor.js";
 import { type DiscoveryLocation, parseDiscoveryUrl } from "./discovery-url.js";
 import { LISTING_STATUSES, type Listing, type ListingStatus, listingBody, rfc3339, toListing } from "./listing.js";
-import { throttledVersion } from "./listing-changes.js";
 import type { DirectorySchema, ListingRow } from "./migrations.js";
 import type { DirectorySettings } from "./settings.js";
 import * as store from "./store.js";
@@ -93,9 +92,9 @@ export class DirectoryService {
     fetcher: Fetcher;
     settings: DirectorySettings;
     /**
-     * Whether single-listing reads may be cached, for a store whose other writers this process
-     * hears of only through a feed (PostgreSQL: `PostgresListingFeed.version`, whose changes
-     * reach `listingsChanged`). A SQLite file needs none: its change counter is read here.
+     * Whether single-listing reads may be cached now (listing-changes.ts: SQLite's change
+     * counter, or PostgreSQL's LISTEN feed, whose changes reach `listingsChanged`). Without it
+     * nothing is cached.
      */
     readCacheVersion?: CacheVersion;
   }) {
@@ -103,18 +102,17 @@ export class DirectoryService {
     this.#clock = deps.clock;
     this.#fetcher = deps.fetcher;
     this.#settings = deps.settings;
-    const changes = changeCounter(this.#kdb);
-    const version =
-      deps.readCacheVersion ??
-      (changes !== undefined && syncReader(this.#kdb) !== undefined ? throttledVersion(changes) : undefined);
-    if (version !== undefined && deps.settings.readCacheBytes > 0) {
-      this.#bodies = new ListingBodyCache(deps.settings.readCacheBytes, version);
+    if (deps.readCacheVersion !== undefined && deps.settings.readCacheBytes > 0) {
+      this.#bodies = new ListingBodyCache(deps.settings.readCacheBytes, deps.readCacheVersion);
     }
   }
 
   get #kdb() {
     return this.#db.db;
   }
+
+  /** Made once: a closure per read was garbage on the hottest path. */
+  readonly #readBody = (serviceDid: string) => store.findListingBody(this.#kdb, serviceDid);
 
   async issueChallenge(discoveryUrl: string): Promise<ChallengeIssued> {
     const location = parseDiscoveryUrl(discoveryUrl);

@@ -158,6 +158,9 @@ export class MemoryRateLimiter implements RateLimiter {
   // the front holds the counters whose window started longest ago.
   readonly #counters = new Map<string, Counter>();
   #nextSweepAt = Number.NEGATIVE_INFINITY;
+  #lastKey: string | undefined;
+  #lastRule: CheckedRule | undefined;
+  #lastId = "";
 
   constructor(options: MemoryRateLimiterOptions) {
     this.#clock = options.clock;
@@ -182,8 +185,15 @@ export class MemoryRateLimiter implements RateLimiter {
     const now = this.#clock.now();
     const { index, resetAt } = currentWindow(rule, now);
     // In this process an id needs only to be unique: the escaped name and window end at the
-    // prefix's second colon, and whatever follows is the key, unescaped.
-    const id = checked.prefix + key;
+    // prefix's second colon, and whatever follows is the key, unescaped. The last one is kept:
+    // a client's hits come in runs, and each id made anew was garbage.
+    let id = this.#lastId;
+    if (key !== this.#lastKey || checked !== this.#lastRule) {
+      id = checked.prefix + key;
+      this.#lastKey = key;
+      this.#lastRule = checked;
+      this.#lastId = id;
+    }
 
     if (now >= this.#nextSweepAt) this.#sweep(now);
 
