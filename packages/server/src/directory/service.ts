@@ -362,8 +362,7 @@ export class DirectoryService {
 
   /** The serialised listing, or undefined; at once (no promise) where the store can answer so. */
   get(serviceDid: string): StoredBody | undefined | Promise<StoredBody | undefined> {
-    if (this.#bodies !== undefined)
-      return this.#bodies.get(serviceDid, () => store.findListingBody(this.#kdb, serviceDid));
+    if (this.#bodies !== undefined) return this.#bodies.get(serviceDid, this.#readBody);
     const text = store.findListingBody(this.#kdb, serviceDid);
     if (text instanceof Promise) return text.then((value) => (value === undefined ? undefined : storedBody(value)));
     return text === undefined ? undefined : storedBody(text);
