@@ -41,7 +41,7 @@ export class ListingBodyCache {
   /** Moves whenever an entry may have gone stale; a read that began under an older one is not kept. */
   #epoch = 0;
 
-  /** `maxBytes` bounds the UTF-16 size of the bodies held (oldest entries leave first). */
+  /** `maxBytes` bounds the memory held, strings counted as UTF-16 (oldest entries leave first). */
   constructor(maxBytes: number, version: CacheVersion) {
     this.#maxBytes = maxBytes;
     this.#version = version;
@@ -110,6 +110,9 @@ export class ListingBodyCache {
   }
 }
 
+/** Objects around each entry (map slot, StoredBody, the 200 answer and its headers), roughly. */
+const ENTRY_OVERHEAD_BYTES = 512;
+
 function entrySize(serviceDid: string, body: StoredBody): number {
-  return (serviceDid.length + body.text.length) * 2 + body.etag.length * 2;
+  return (serviceDid.length + body.text.length + body.etag.length) * 2 + ENTRY_OVERHEAD_BYTES;
 }
