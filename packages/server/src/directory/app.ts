@@ -1,7 +1,7 @@
 import { createSafeFetcher } from "@proto/protocol";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
-import { type Database, openDatabase } from "../platform/database.js";
+import { changeCounter, type Database, openDatabase } from "../platform/database.js";
 import { drainDelay, registerHealthRoutes } from "../platform/health.js";
 import { createHttpServer } from "../platform/http.js";
 import { registerMetricsRoute, ServiceMetrics } from "../platform/metrics.js";
@@ -9,7 +9,8 @@ import { registerOpenApi } from "../platform/openapi.js";
 import { createPlatformParts } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import type { DirectoryConfig } from "./config.js";
-import { instrumentMirror, instrumentRevalidation } from "./metrics.js";
+import { type ListingChanges, PostgresListingFeed, SqliteListingChanges } from "./listing-changes.js";
+import { instrumentListingFeed, instrumentMirror, instrumentRevalidation } from "./metrics.js";
 import { type DirectorySchema, directoryMigrations } from "./migrations.js";
 import { DirectoryMirror, type MirrorFetch, registerMirrorSyncHook, registerReadOnlyGuard } from "./mirror.js";
 import { directoryPages } from "./pages/plugin.js";
@@ -62,8 +63,36 @@ export async function buildDirectoryApp(
     resolve: config.platform.fetch.resolve,
     ...(options.fetchCa ? { ca: options.fetchCa } : {}),
   });
-  const service = new DirectoryService({ database, clock: parts.clock, fetcher, settings: config.settings });
+  // Where the single-listing read cache hears of other writers: SQLite's change counter (a file
+  // only: an in-memory store has no other writer and no reader connection), or, on PostgreSQL, a
+  // LISTEN connection of its own.
+  let changes: ListingChanges | undefined;
+  let feed: PostgresListingFeed | undefined;
+  if (config.settings.readCacheBytes > 0) {
+    const counter = changeCounter(database.db);
+    if (database.engine === "postgres") {
+      feed = new PostgresListingFeed({
+        url: config.listenDatabaseUrl ?? config.databaseUrl,
+        onChange: (did) => service.listingsChanged(did),
+        onStatus: (up, error) => {
+          if (up) app.log.info("listing change feed is back: single-listing reads are cached again");
+          else app.log.warn({ err: error }, "listing change feed lost: single-listing reads go to the database");
+        },
+      });
+      changes = feed;
+    } else if (counter !== undefined) {
+      changes = new SqliteListingChanges(counter);
+    }
+  }
+  const service = new DirectoryService({
+    database,
+    clock: parts.clock,
+    fetcher,
+    settings: config.settings,
+    ...(changes ? { readCacheVersion: changes.version } : {}),
+  });
   instrumentRevalidation(service, metrics);
+  if (feed !== undefined) instrumentListingFeed(feed, metrics);
   const app = createHttpServer({
     logLevel: config.platform.logLevel,
     trustedProxies: config.platform.trustedProxies,
@@ -72,6 +101,7 @@ export async function buildDirectoryApp(
     metrics,
     onDependencyFailure: (dependency, error) => parts.dependencies.failed(dependency, error),
   });
+  await feed?.start();
   await registerOpenApi(app, { ...DIRECTORY_OPENAPI, publicUrl: config.publicUrl });
   registerMetricsRoute(app, metrics, config.platform.metricsToken);
   let mirror: DirectoryMirror | undefined;
@@ -82,11 +112,13 @@ export async function buildDirectoryApp(
       settings: config.mirror,
       revalidationIntervalSeconds: config.settings.revalidation.intervalSeconds,
       log: app.log,
+      onListingsChanged: () => service.listingsChanged(),
       ...(options.mirrorFetch ? { fetch: options.mirrorFetch } : {}),
     });
     try {
       await mirror.open();
     } catch (error) {
+      await changes?.close();
       await database.close();
       await parts.close();
       throw error;
@@ -149,6 +181,7 @@ export async function buildDirectoryApp(
       await mirror?.stop();
       await app.close();
       await service.idle();
+      await changes?.close();
       await database.close();
       await parts.close();
     },

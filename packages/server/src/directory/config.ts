@@ -7,6 +7,11 @@ export interface DirectoryConfig {
   platform: PlatformConfig;
   publicUrl: string;
   databaseUrl: string;
+  /**
+   * PostgreSQL: where the read cache's LISTEN connection goes, when not to `databaseUrl` (a
+   * transaction pooler such as PgBouncer cannot carry LISTEN: point this at PostgreSQL itself).
+   */
+  listenDatabaseUrl: string | undefined;
   adminToken: string | undefined;
   settings: DirectorySettings;
   /** Mirror mode: a read-only copy of the directory at `DIRECTORY_MIRROR_OF`. */
@@ -84,10 +89,18 @@ export function readDirectoryConfig(env: Env = process.env, platform?: PlatformC
       reader.integer("DIRECTORY_READ_CACHE_MB", defaults.readCacheBytes / (1024 * 1024), 0, 16384) * 1024 * 1024,
     rateLimits: readLimitOverrides(reader, "DIRECTORY_RATE_LIMITS", DEFAULT_DIRECTORY_SETTINGS.rateLimits),
   };
+  const databaseUrl = readDatabaseUrl(reader, "DIRECTORY_DATABASE_URL", "sqlite:./data/directory.db", base.production);
+  const listenDatabaseUrl = reader.string("DIRECTORY_LISTEN_DATABASE_URL");
+  if (listenDatabaseUrl !== undefined && !/^postgres(ql)?:\/\/.+/.test(listenDatabaseUrl)) {
+    reader.problem("DIRECTORY_LISTEN_DATABASE_URL must be postgres://...");
+  } else if (listenDatabaseUrl !== undefined && databaseUrl.startsWith("sqlite:")) {
+    reader.problem("DIRECTORY_LISTEN_DATABASE_URL needs a PostgreSQL DIRECTORY_DATABASE_URL");
+  }
   const config: DirectoryConfig = {
     platform: base,
     publicUrl,
-    databaseUrl: readDatabaseUrl(reader, "DIRECTORY_DATABASE_URL", "sqlite:./data/directory.db", base.production),
+    databaseUrl,
+    listenDatabaseUrl,
     adminToken,
     settings,
     mirror: readMirrorSettings(reader, base, publicUrl),

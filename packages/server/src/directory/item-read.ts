@@ -2,6 +2,7 @@ import { notFound } from "../platform/errors.js";
 import { type FastAnswer, type FastRoute, fastError } from "../platform/fast-path.js";
 import { rateLimitError } from "../platform/http.js";
 import { type RateLimitDecision, type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
+import type { StoredBody } from "./body-cache.js";
 import { conditionalRead, READ_CORS } from "./read-answers.js";
 import type { DirectoryService } from "./service.js";
 
@@ -26,16 +27,31 @@ export function answerItem(
   ifNoneMatch: string | string[] | undefined,
 ): FastAnswer | Promise<FastAnswer> {
   const body = service.get(did);
-  return body instanceof Promise ? body.then((text) => found(text, ifNoneMatch)) : found(body, ifNoneMatch);
+  return body instanceof Promise ? body.then((stored) => found(stored, ifNoneMatch)) : found(body, ifNoneMatch);
 }
 
-function found(body: string | undefined, ifNoneMatch: string | string[] | undefined): FastAnswer {
+// The 200 of each listing the cache holds, made once: a read that hits allocates nothing for its
+// answer (per-request objects here were promoted, or pretenured, and made every young-generation
+// collection slow). Answers are never modified by whoever sends them.
+const okAnswers = new WeakMap<StoredBody, FastAnswer>();
+
+function found(body: StoredBody | undefined, ifNoneMatch: string | string[] | undefined): FastAnswer {
   if (body === undefined) return fastError(notFound("no listing for that DID"), READ_CORS);
-  return conditionalRead(body, ITEM_CACHE, JSON_TYPE, ifNoneMatch);
+  if (ifNoneMatch !== undefined) return conditionalRead(body, ITEM_CACHE, JSON_TYPE, ifNoneMatch);
+  let answer = okAnswers.get(body);
+  if (answer === undefined) {
+    answer = conditionalRead(body, ITEM_CACHE, JSON_TYPE, undefined);
+    okAnswers.set(body, answer);
+  }
+  return answer;
 }
 
 /** The same read ahead of Fastify's router, for the plain paths that are nearly all of them. */
 export function itemReadFastRoute(service: DirectoryService, limiter: RateLimiter, rule: RateLimitRule): FastRoute {
+  // The last client's key: a connection sends many reads, and building the key for each was a
+  // string made and dropped on every one.
+  let lastIp: string | undefined;
+  let lastKey = "";
   return {
     pattern: ITEM_PATTERN,
     answer(request, clientIp) {
@@ -43,7 +59,12 @@ export function itemReadFastRoute(service: DirectoryService, limiter: RateLimite
         return undefined;
       const did = request.url.slice(ITEM_PREFIX.length);
       if (!PLAIN_DID.test(did)) return undefined;
-      const key = rateLimitKey("ip", clientIp(request));
+      const ip = clientIp(request);
+      if (ip !== lastIp) {
+        lastIp = ip;
+        lastKey = rateLimitKey("ip", ip);
+      }
+      const key = lastKey;
       const ifNoneMatch = request.headers["if-none-match"];
       if (limiter.hitSync !== undefined) return afterLimit(service, limiter.hitSync(rule, key), did, ifNoneMatch);
       return limiter.hit(rule, key).then((decision) => afterLimit(service, decision, did, ifNoneMatch));

@@ -1,5 +1,6 @@
 import { Counter, Gauge } from "prom-client";
 import type { ServiceMetrics } from "../platform/metrics.js";
+import type { PostgresListingFeed } from "./listing-changes.js";
 import type { DirectoryMirror, MirrorStatus } from "./mirror.js";
 import type { DirectoryService } from "./service.js";
 
@@ -98,4 +99,16 @@ export function instrumentMirror(mirror: Pick<DirectoryMirror, "status">, metric
       },
     });
   }
+}
+
+/** PostgreSQL: whether the read cache hears of other replicas' writes (see listing-changes.ts). */
+export function instrumentListingFeed(feed: Pick<PostgresListingFeed, "version">, metrics: ServiceMetrics): void {
+  new Gauge({
+    name: "proto_directory_listing_feed_up",
+    help: "1 while this replica hears of other writers' listing changes (PostgreSQL LISTEN) and caches single-listing reads; 0 while it reads every listing from the database.",
+    registers: [metrics.registry],
+    collect() {
+      this.set(feed.version() === undefined ? 0 : 1);
+    },
+  });
 }

@@ -373,6 +373,47 @@ function sqliteOrderedSearch(engine: Engine): Migration {
   };
 }
 
+/**
+ * PostgreSQL: every write that changes what a single-listing read answers (a listing inserted or
+ * deleted, its body or DID changed) notifies `dir_listings` with the DID, inside the writing
+ * transaction, so each replica's read cache hears of it if and only if it committed, even if the
+ * writer dies right after (see listing-changes.ts). A DID too long for a notification's payload
+ * (8,000 bytes) sends an empty one: "any listing". Revalidation's bookkeeping (leases, next check)
+ * notifies nothing. Like any trigger it is skipped under `session_replication_role = replica`
+ * (bulk loads into a store that no replica serves yet).
+ */
+function listingChanges(engine: Engine): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      if (engine !== "postgres") return;
+      await sql
+        .raw(`create function dir_listings_notify() returns trigger language plpgsql as $$
+          begin
+            if tg_op <> 'INSERT' then
+              perform pg_notify('dir_listings', case when octet_length(old.service_did) <= 7000 then old.service_did else '' end);
+            end if;
+            if tg_op = 'INSERT' or (tg_op = 'UPDATE' and new.service_did is distinct from old.service_did) then
+              perform pg_notify('dir_listings', case when octet_length(new.service_did) <= 7000 then new.service_did else '' end);
+            end if;
+            return null;
+          end $$`)
+        .execute(db);
+      await sql
+        .raw(
+          "create trigger dir_listings_notify_write after insert or delete on dir_listings for each row execute function dir_listings_notify()",
+        )
+        .execute(db);
+      await sql
+        .raw(
+          `create trigger dir_listings_notify_update after update on dir_listings for each row
+            when (old.body is distinct from new.body or old.service_did is distinct from new.service_did)
+            execute function dir_listings_notify()`,
+        )
+        .execute(db);
+    },
+  };
+}
+
 export function directoryMigrations(engine: Engine): Record<string, Migration> {
   return {
     "0001_initial": initial(engine),
@@ -380,6 +421,7 @@ export function directoryMigrations(engine: Engine): Record<string, Migration> {
     "0003_mirror": mirrorState(engine),
     "0004_postgres_search": postgresSearch(engine),
     "0005_sqlite_ordered_search": sqliteOrderedSearch(engine),
+    "0006_listing_changes": listingChanges(engine),
   };
 }
 

@@ -107,6 +107,8 @@ export interface DirectoryMirrorDeps {
   revalidationIntervalSeconds: number;
   fetch?: MirrorFetch;
   log: FastifyBaseLogger;
+  /** Told after a page that changed listings committed (the single-listing read cache). */
+  onListingsChanged?: () => void;
 }
 
 /** A failure the upstream is responsible for, as an operator should read it. */
@@ -133,6 +135,7 @@ export class DirectoryMirror {
   readonly #clock: Clock;
   readonly #settings: MirrorSettings;
   readonly #intervalMs: number;
+  readonly #onListingsChanged: (() => void) | undefined;
   readonly #fetch: MirrorFetch;
   readonly #log: FastifyBaseLogger;
   readonly #owner = randomBytes(9).toString("base64url");
@@ -157,6 +160,7 @@ export class DirectoryMirror {
     this.#intervalMs = deps.revalidationIntervalSeconds * 1000;
     this.#fetch = deps.fetch ?? ((url, init) => fetch(url, init));
     this.#log = deps.log;
+    this.#onListingsChanged = deps.onListingsChanged;
     this.#listUrl = `${this.upstream}/v1/listings`;
   }
 
@@ -345,6 +349,7 @@ export class DirectoryMirror {
         return count;
       });
       Object.assign(state, progress);
+      if (applied > 0) this.#onListingsChanged?.();
       result.listingsApplied += applied;
       this.#totals.listingsApplied += applied;
       if (done) return;

@@ -25,24 +25,53 @@ export const READ_PREFLIGHT = {
   "access-control-max-age": "86400",
 } as const;
 
+/** A body with what a conditional read needs of it, when it was computed once and kept. */
+export interface TaggedBody {
+  text: string;
+  /** Its entity tag (`entityTag(text)`). */
+  etag: string;
+  /** Its length in UTF-8 bytes. */
+  bytes: number;
+}
+
 /**
  * A 200 with the body and its entity tag, or a 304 (the tag, Cache-Control and CORS headers, no
- * body) when `If-None-Match` already names it.
+ * body) when `If-None-Match` already names it. A `TaggedBody` saves hashing the bytes again.
  */
 export function conditionalRead(
-  body: string,
+  body: string | TaggedBody,
   cacheControl: string,
   contentType: string,
   ifNoneMatch: string | string[] | undefined,
 ): FastAnswer {
-  const etag = entityTag(body);
-  if (noneMatch(ifNoneMatch, etag)) {
-    return { status: 304, headers: { ...READ_CORS, "cache-control": cacheControl, etag }, body: "" };
+  // Object literals with every header named, not spreads of READ_CORS: on the hottest read a
+  // spread made each answer's object slow to build and to walk, and left garbage that outlived
+  // young-generation collections (measured: a quarter of the read's CPU).
+  const etag = typeof body === "string" ? entityTag(body) : body.etag;
+  if (ifNoneMatch !== undefined && noneMatch(ifNoneMatch, etag)) {
+    return {
+      status: 304,
+      headers: {
+        "access-control-allow-origin": READ_CORS["access-control-allow-origin"],
+        "access-control-expose-headers": READ_CORS["access-control-expose-headers"],
+        "cache-control": cacheControl,
+        etag,
+      },
+      body: "",
+    };
   }
+  const text = typeof body === "string" ? body : body.text;
   return {
     status: 200,
-    headers: { ...READ_CORS, "cache-control": cacheControl, "content-type": contentType, etag },
-    body,
+    headers: {
+      "access-control-allow-origin": READ_CORS["access-control-allow-origin"],
+      "access-control-expose-headers": READ_CORS["access-control-expose-headers"],
+      "cache-control": cacheControl,
+      "content-type": contentType,
+      etag,
+      "content-length": String(typeof body === "string" ? Buffer.byteLength(text) : body.bytes),
+    },
+    body: text,
   };
 }
 

@@ -1,10 +1,10 @@
 import { didWebMatchesHost, SafeFetchError, type SafeResponse, validateDiscoveryDocument } from "@proto/protocol";
 import type { Clock } from "../platform/clock.js";
 import type { Database } from "../platform/database.js";
-import { changeCounter, isUniqueViolation, syncReader } from "../platform/database.js";
+import { isUniqueViolation } from "../platform/database.js";
 import { ApiError, conflict, forbidden, notFound, rateLimited, unauthorized } from "../platform/errors.js";
 import { constantTimeEqual, hashToken, randomToken } from "../platform/tokens.js";
-import { ListingBodyCache } from "./body-cache.js";
+import { type CacheVersion, ListingBodyCache, type StoredBody, storedBody } from "./body-cache.js";
 import { decodeCursor, encodeCursor, type Position } from "./cursor.js";
 import { type DiscoveryLocation, parseDiscoveryUrl } from "./discovery-url.js";
 import { LISTING_STATUSES, type Listing, type ListingStatus, listingBody, rfc3339, toListing } from "./listing.js";
@@ -91,21 +91,28 @@ export class DirectoryService {
     clock: Clock;
     fetcher: Fetcher;
     settings: DirectorySettings;
+    /**
+     * Whether single-listing reads may be cached now (listing-changes.ts: SQLite's change
+     * counter, or PostgreSQL's LISTEN feed, whose changes reach `listingsChanged`). Without it
+     * nothing is cached.
+     */
+    readCacheVersion?: CacheVersion;
   }) {
     this.#db = deps.database;
     this.#clock = deps.clock;
     this.#fetcher = deps.fetcher;
     this.#settings = deps.settings;
-    // Only where reads are synchronous and a change counter sees every commit: SQLite in a file.
-    const changes = changeCounter(this.#kdb);
-    if (changes !== undefined && syncReader(this.#kdb) !== undefined && deps.settings.readCacheBytes > 0) {
-      this.#bodies = new ListingBodyCache(deps.settings.readCacheBytes, changes);
+    if (deps.readCacheVersion !== undefined && deps.settings.readCacheBytes > 0) {
+      this.#bodies = new ListingBodyCache(deps.settings.readCacheBytes, deps.readCacheVersion);
     }
   }
 
   get #kdb() {
     return this.#db.db;
   }
+
+  /** Made once: a closure per read was garbage on the hottest path. */
+  readonly #readBody = (serviceDid: string) => store.findListingBody(this.#kdb, serviceDid);
 
   async issueChallenge(discoveryUrl: string): Promise<ChallengeIssued> {
     const location = parseDiscoveryUrl(discoveryUrl);
@@ -170,7 +177,11 @@ export class DirectoryService {
     }
     // 6 and 7. Create, re-register, or refuse.
     try {
-      return await this.#kdb.transaction().execute((trx) => this.#register(trx, location, document, submission));
+      const registered = await this.#kdb
+        .transaction()
+        .execute((trx) => this.#register(trx, location, document, submission));
+      this.listingsChanged(serviceDid);
+      return registered;
     } catch (error) {
       if (isUniqueViolation(error)) throw conflict("the host or DID is already claimed by another listing");
       throw error;
@@ -320,7 +331,7 @@ export class DirectoryService {
   }
 
   async update(serviceDid: string, bearer: string | undefined, patch: ListingPatch): Promise<Listing> {
-    return this.#kdb.transaction().execute(async (trx) => {
+    const updated = await this.#kdb.transaction().execute(async (trx) => {
       const listing = await this.#authorize(trx, serviceDid, bearer);
       const row: ListingRow = {
         ...listing,
@@ -333,6 +344,8 @@ export class DirectoryService {
       await store.saveListing(trx, row);
       return toListing(row);
     });
+    this.listingsChanged(serviceDid);
+    return updated;
   }
 
   async withdraw(serviceDid: string, bearer: string | undefined): Promise<void> {
@@ -344,12 +357,25 @@ export class DirectoryService {
       await store.saveListing(trx, row);
       await store.revokeSessions(trx, serviceDid, now);
     });
+    this.listingsChanged(serviceDid);
   }
 
   /** The serialised listing, or undefined; at once (no promise) where the store can answer so. */
-  get(serviceDid: string): string | undefined | Promise<string | undefined> {
-    if (this.#bodies === undefined) return store.findListingBody(this.#kdb, serviceDid);
-    return this.#bodies.get(serviceDid, () => store.findListingBody(this.#kdb, serviceDid) as string | undefined);
+  get(serviceDid: string): StoredBody | undefined | Promise<StoredBody | undefined> {
+    if (this.#bodies !== undefined) return this.#bodies.get(serviceDid, this.#readBody);
+    const text = store.findListingBody(this.#kdb, serviceDid);
+    if (text instanceof Promise) return text.then((value) => (value === undefined ? undefined : storedBody(value)));
+    return text === undefined ? undefined : storedBody(text);
+  }
+
+  /**
+   * Says that this process changed the listing `serviceDid` (any listing, without one): its next
+   * single-listing read goes to the store. Called once the write committed, so the replica that
+   * took a write serves it at once; other writers are heard of through the store (listing-changes.ts).
+   */
+  listingsChanged(serviceDid?: string): void {
+    if (serviceDid === undefined) this.#bodies?.clear();
+    else this.#bodies?.forget(serviceDid);
   }
 
   async list(request: ListRequest): Promise<ListPage> {
@@ -470,6 +496,7 @@ export class DirectoryService {
         await store.saveBookkeeping(trx, row.id, { failure_count, next_check_at: next, lease_until, fetched_at, body });
       }
     });
+    this.listingsChanged(listing.service_did);
   }
 
   /**

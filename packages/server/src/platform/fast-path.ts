@@ -15,7 +15,7 @@ import type { RequestObserver } from "./metrics.js";
 
 export interface FastAnswer {
   status: number;
-  /** Lower-case header names; content-length is added. */
+  /** Lower-case header names; content-length is added unless it is there already. */
   headers: Record<string, string>;
   body: string;
 }
@@ -114,7 +114,13 @@ export class FastPath {
       response.writeHead(304, answer.headers);
       response.end();
     } else {
-      response.writeHead(answer.status, { ...answer.headers, "content-length": Buffer.byteLength(answer.body) });
+      const headers = answer.headers;
+      response.writeHead(
+        answer.status,
+        headers["content-length"] !== undefined
+          ? headers
+          : { ...headers, "content-length": String(Buffer.byteLength(answer.body)) },
+      );
       response.end(answer.body);
     }
     this.#context.metrics?.observeRequest(

@@ -42,7 +42,13 @@ export interface RateLimiter {
  * produce the same key (an IPv6 address or a DID is full of colons).
  */
 export function rateLimitKey(...parts: string[]): string {
-  return parts.map((part) => part.replaceAll("%", "%25").replaceAll(":", "%3A")).join(":");
+  return parts.map(escapeKeyPart).join(":");
+}
+
+function escapeKeyPart(part: string): string {
+  // Most parts (rule names, IPv4 addresses) hold neither character: no copies for them.
+  if (part.indexOf("%") === -1 && part.indexOf(":") === -1) return part;
+  return part.replaceAll("%", "%25").replaceAll(":", "%3A");
 }
 
 interface Window {
@@ -78,10 +84,44 @@ function decide(rule: RateLimitRule, allowed: boolean, count: number, now: numbe
   };
 }
 
-// Rule name and window length both go into the counter id, so reconfiguring a rule's window
-// cannot land on counters kept under the old length.
+interface CheckedRule {
+  name: string;
+  limit: number;
+  windowSeconds: number;
+  /** The counter id's start: escaped name and window length, and the separator before the key. */
+  prefix: string;
+}
+
+// Each rule object is validated and its id prefix built once, not at every hit (the read limit
+// runs on every read); a rule changed in place is checked again.
+const checkedRules = new WeakMap<RateLimitRule, CheckedRule>();
+
+function checkRule(rule: RateLimitRule): CheckedRule {
+  const checked = checkedRules.get(rule);
+  if (
+    checked !== undefined &&
+    checked.name === rule.name &&
+    checked.limit === rule.limit &&
+    checked.windowSeconds === rule.windowSeconds
+  ) {
+    return checked;
+  }
+  validateRule(rule);
+  const fresh = {
+    name: rule.name,
+    limit: rule.limit,
+    windowSeconds: rule.windowSeconds,
+    // Rule name and window length both go into the counter id, so reconfiguring a rule's window
+    // cannot land on counters kept under the old length.
+    prefix: `${rateLimitKey(rule.name, String(rule.windowSeconds))}:`,
+  };
+  checkedRules.set(rule, fresh);
+  return fresh;
+}
+
+/** `rateLimitKey(rule.name, windowSeconds, key)`: the id shared by every replica (Redis). */
 function counterId(rule: RateLimitRule, key: string): string {
-  return rateLimitKey(rule.name, String(rule.windowSeconds), key);
+  return checkRule(rule).prefix + escapeKeyPart(key);
 }
 
 export interface MemoryRateLimiterOptions {
@@ -112,6 +152,9 @@ export class MemoryRateLimiter implements RateLimiter {
   // the front holds the counters whose window started longest ago.
   readonly #counters = new Map<string, Counter>();
   #nextSweepAt = Number.NEGATIVE_INFINITY;
+  #lastKey: string | undefined;
+  #lastRule: CheckedRule | undefined;
+  #lastId = "";
 
   constructor(options: MemoryRateLimiterOptions) {
     this.#clock = options.clock;
@@ -132,10 +175,19 @@ export class MemoryRateLimiter implements RateLimiter {
 
   /** The same as hit(); synchronous, so it is atomic within the process. */
   hitSync(rule: RateLimitRule, key: string): RateLimitDecision {
-    validateRule(rule);
+    const checked = checkRule(rule);
     const now = this.#clock.now();
     const { index, resetAt } = currentWindow(rule, now);
-    const id = counterId(rule, key);
+    // In this process an id needs only to be unique: the escaped name and window end at the
+    // prefix's second colon, and whatever follows is the key, unescaped. The last one is kept:
+    // a client's hits come in runs, and each id made anew was garbage.
+    let id = this.#lastId;
+    if (key !== this.#lastKey || checked !== this.#lastRule) {
+      id = checked.prefix + key;
+      this.#lastKey = key;
+      this.#lastRule = checked;
+      this.#lastId = id;
+    }
 
     if (now >= this.#nextSweepAt) this.#sweep(now);
 
@@ -231,7 +283,6 @@ export interface RedisCounter {
 
 /** The Redis counter of `rule` for `key` at `now` (the window index is part of the key). */
 export function redisCounter(prefix: string, rule: RateLimitRule, key: string, now: number): RedisCounter {
-  validateRule(rule);
   const { index, resetAt } = currentWindow(rule, now);
   return {
     key: `${prefix}${counterId(rule, key)}:${index}`,
@@ -339,7 +390,7 @@ export class FallbackRateLimiter implements RateLimiter {
  * limits and the services' own (per agent, per binding, per address) alike.
  */
 export function observeDenials(limiter: RateLimiter, onDenied: (rule: RateLimitRule) => void): RateLimiter {
-  return {
+  const observed: RateLimiter = {
     async hit(rule, key) {
       const decision = await limiter.hit(rule, key);
       if (!decision.allowed) onDenied(rule);
@@ -347,4 +398,13 @@ export function observeDenials(limiter: RateLimiter, onDenied: (rule: RateLimitR
     },
     close: async () => limiter.close?.(),
   };
+  // A limiter that answers at once keeps doing so: the hottest reads skip a promise per hit.
+  if (limiter.hitSync !== undefined) {
+    observed.hitSync = (rule, key) => {
+      const decision = (limiter.hitSync as NonNullable<RateLimiter["hitSync"]>).call(limiter, rule, key);
+      if (!decision.allowed) onDenied(rule);
+      return decision;
+    };
+  }
+  return observed;
 }

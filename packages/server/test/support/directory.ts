@@ -24,6 +24,17 @@ export interface DirectoryHarness {
   revalidate(): Promise<Record<string, number>>;
   /** Challenge, proof, submit: a listed site with its session token. */
   register(site?: Site, extra?: Record<string, unknown>): Promise<{ site: Site; token: string; did: string }>;
+  /**
+   * Another directory instance on the same store and configuration, `env` added (closed with the
+   * harness).
+   */
+  replica(env?: Record<string, string>): Promise<DirectoryReplica>;
+  close(): Promise<void>;
+}
+
+export interface DirectoryReplica {
+  app: DirectoryApp;
+  request(method: string, path: string, options?: RequestOptions): Promise<HttpResult>;
   close(): Promise<void>;
 }
 
@@ -59,12 +70,15 @@ export async function startDirectoryHarness(
     ...(variant.redis && REDIS_URL ? { REDIS_URL } : {}),
     ...options.env,
   };
-  const app = await buildDirectoryApp(readDirectoryConfig(env), {
-    logStream: quietLog(),
-    fetchCa: ca.certPem,
-    redisPrefix,
-  });
+  const build = (extra: Record<string, string> = {}) =>
+    buildDirectoryApp(readDirectoryConfig({ ...env, ...extra }), {
+      logStream: quietLog(),
+      fetchCa: ca.certPem,
+      redisPrefix,
+    });
+  const app = await build();
   const url = await listenLocal(app.app);
+  const replicas: DirectoryReplica[] = [];
 
   const harness: DirectoryHarness = {
     url,
@@ -96,7 +110,23 @@ export async function startDirectoryHarness(
       if (created.status !== 201 && created.status !== 200) throw new Error(`submit failed: ${created.text}`);
       return { site, token: created.json.session_token, did: created.json.service_did };
     },
+    async replica(extra = {}) {
+      const other = await build(extra);
+      const otherUrl = await listenLocal(other.app);
+      let closed: Promise<void> | undefined;
+      const replica: DirectoryReplica = {
+        app: other,
+        request: (method, path, options) => httpRequest(otherUrl, method, path, options),
+        close: () => {
+          closed ??= other.close();
+          return closed;
+        },
+      };
+      replicas.push(replica);
+      return replica;
+    },
     async close() {
+      for (const replica of replicas) await replica.close();
       await app.close();
       await sites.close();
       await database.drop();

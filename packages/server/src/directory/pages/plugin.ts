@@ -120,7 +120,7 @@ export async function directoryPages(app: FastifyInstance, options: DirectoryPag
     // Decoded once by the router, as for `GET /v1/listings/{did}` (decisions §10); the router
     // refuses parameters over its maxParamLength (2048) with 414 before this runs.
     const did = request.params.did;
-    const body = did === "" ? undefined : await service.get(did);
+    const body = did === "" ? undefined : (await service.get(did))?.text;
     if (body === undefined) {
       return sendMessage(reply, 404, "No such listing", "The directory has no listing for that DID.");
     }
