@@ -14,13 +14,20 @@ export const OUTAGE_RETRY_AFTER_SECONDS = 2;
 /** A dependency that did not answer, or answered that it cannot serve now. */
 export class DependencyUnavailable extends Error {
   override readonly name = "DependencyUnavailable";
+  /**
+   * True when the dependency answered and the refusal is the service's own decision about what it
+   * said (the replay store waiting out a loss of nonces): a 503 all the same, but no outage of the
+   * dependency to track.
+   */
+  readonly answered: boolean;
   constructor(
     readonly dependency: Dependency,
     message: string,
     readonly retryAfterSeconds = OUTAGE_RETRY_AFTER_SECONDS,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; answered?: boolean },
   ) {
     super(message, options);
+    this.answered = options?.answered ?? false;
   }
 }
 

@@ -219,7 +219,7 @@ function outageErrors(onFailure: HttpOptions["onDependencyFailure"]) {
   return (error: unknown): ApiError | undefined => {
     const outage = asDependencyUnavailable(error);
     if (outage === undefined) return undefined;
-    onFailure?.(outage.dependency, error);
+    if (!outage.answered) onFailure?.(outage.dependency, error);
     return new ApiError(503, SERVICE_UNAVAILABLE, outage.message, undefined, outage.retryAfterSeconds);
   };
 }

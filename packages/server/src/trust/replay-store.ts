@@ -130,10 +130,12 @@ export class ReplayStore implements NonceStore {
         // Once the epoch has come, a signature from before it can only be an old one: it may have
         // been seen, and retrying it can never succeed. Refused as a replay.
         if (wait <= 0) return { fresh: false, allowed: true, retryAfterSeconds };
+        // Redis answered: the wait is this store's rule, not an outage to track.
         throw new DependencyUnavailable(
           "redis",
           "the replay store was reset; sign a new request after the Retry-After delay",
           wait,
+          { answered: true },
         );
       }
       await this.#establishEpoch();
