@@ -13,6 +13,19 @@ export interface Child {
   stop(): Promise<void>;
 }
 
+/** SIGTERM, then SIGKILL after 10 s; resolves once the child has exited. */
+function stopChild(child: ChildProcess): Promise<void> {
+  return new Promise<void>((done) => {
+    if (child.exitCode !== null || child.signalCode !== null) return done();
+    const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    child.once("exit", () => {
+      clearTimeout(timer);
+      done();
+    });
+    child.kill("SIGTERM");
+  });
+}
+
 const here = (file: string) => fileURLToPath(new URL(file, import.meta.url));
 
 /**
@@ -44,16 +57,7 @@ export function startChild(file: string, env: Record<string, string>, nodeArgs: 
       resolve({
         process: child,
         port: Number(match[1]),
-        stop: () =>
-          new Promise<void>((done) => {
-            if (child.exitCode !== null || child.signalCode !== null) return done();
-            const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-            child.once("exit", () => {
-              clearTimeout(timer);
-              done();
-            });
-            child.kill("SIGTERM");
-          }),
+        stop: () => stopChild(child),
       });
     });
   });
@@ -102,16 +106,7 @@ export async function startProtoServer(command: "directory" | "trust", env: Reco
     stderr += chunk.toString();
     if (stderr.length > 20_000) stderr = stderr.slice(-10_000);
   });
-  const stop = () =>
-    new Promise<void>((done) => {
-      if (child.exitCode !== null || child.signalCode !== null) return done();
-      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-      child.once("exit", () => {
-        clearTimeout(timer);
-        done();
-      });
-      child.kill("SIGTERM");
-    });
+  const stop = () => stopChild(child);
   const deadline = Date.now() + 120_000;
   for (;;) {
     if (child.exitCode !== null || child.signalCode !== null)
