@@ -452,6 +452,45 @@ for (const variant of STORE_VARIANTS) {
     });
   });
 
+  describe(`mints that arrive together (${variant.name})`, () => {
+    // On PostgreSQL, mints that arrive while others are at the database share one statement.
+    let h: TrustHarness;
+    before(async () => {
+      h = await startTrustHarness(variant, {
+        env: { TRUST_PER_BINDING_DAILY_TOKEN_LIMIT: "5", TRUST_RATE_LIMITS: "token=1000/60" },
+      });
+    });
+    after(() => h.close());
+
+    test("each is checked and counted on its own: the daily limit, revocation, and each token's person", async () => {
+      const busy = (await h.link()).agent;
+      const revoked = await h.link();
+      const others = await Promise.all(Array.from({ length: 12 }, () => h.link()));
+      assert.equal((await h.hook("/__test/bindings/revoke", { binding_id: revoked.bindingId })).status, 200);
+      // Each agent's own pseudonym, minted alone first.
+      const alone = new Map<string, string>();
+      for (const { agent } of others) alone.set(agent.did, payloadOf((await mintOk(h, agent)).jwt).sub_h as string);
+      assert.equal(new Set(alone.values()).size, others.length, "twelve people, twelve pseudonyms");
+
+      const [busyResults, revokedResult, otherResults] = await Promise.all([
+        Promise.all(Array.from({ length: 12 }, () => h.mint(busy, AUD))),
+        h.mint(revoked.agent, AUD),
+        Promise.all(others.map(({ agent }) => h.mint(agent, AUD))),
+      ]);
+      const statuses = busyResults.map((r) => r.status).sort();
+      assert.deepEqual(statuses, [...Array(5).fill(200), ...Array(7).fill(429)], "exactly the day's five");
+      for (const limited of busyResults.filter((r) => r.status === 429)) assertError(limited, 429, "rate_limited");
+      assertError(revokedResult, 403, "binding_revoked");
+      for (const [i, result] of otherResults.entries()) {
+        assert.equal(result.status, 200, result.text);
+        const claims = payloadOf((result.json as { jwt: string }).jwt);
+        const agent = others[i]!.agent;
+        assert.equal(claims.sub, agent.did);
+        assert.equal(claims.sub_h, alone.get(agent.did), "the token names its own agent's person");
+      }
+    });
+  });
+
   describe(`per-binding daily token limit (${variant.name})`, () => {
     let h: TrustHarness;
     before(async () => {

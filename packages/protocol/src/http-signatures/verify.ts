@@ -7,6 +7,7 @@ import { bodyBytes, fromRaw, headerReader, type RawRequest, type SignedMessage }
 import {
   type CandidateSignature,
   checkEd25519,
+  checkEd25519Offloaded,
   checkTimeWindow,
   DEFAULT_SKEW_SECONDS,
   invalid,
@@ -39,6 +40,11 @@ export interface RequestVerifierOptions {
   label?: string;
   /** Largest body a Fetch `Request` may carry (default 64 KiB); larger is 413 `payload_too_large`. */
   maxBodyBytes?: number;
+  /**
+   * Verify Ed25519 on libuv's thread pool (default false). A server that verifies many requests at
+   * once then uses more than one core for it; each request alone costs more CPU and a thread hop.
+   */
+  offloadVerification?: boolean;
 }
 
 export interface VerifiedRequest {
@@ -182,6 +188,7 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
   const skew = options.skewSeconds ?? DEFAULT_SKEW_SECONDS;
   const now = options.now ?? Date.now;
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const offload = options.offloadVerification === true;
 
   async function verifyMessage(message: SignedMessage, nonceStore: NonceStore): Promise<VerifiedRequest> {
     const parsed = parseSignature(message, options.label);
@@ -204,7 +211,8 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
       }
       if (!contentDigestMatches(digestHeader, message.body)) throw invalid("Content-Digest does not match the body");
     }
-    checkEd25519(message, parsed.candidate, publicKey);
+    if (offload) await checkEd25519Offloaded(message, parsed.candidate, publicKey);
+    else checkEd25519(message, parsed.candidate, publicKey);
     const ttl = parsed.expires + skew - nowSeconds;
     if (!(await nonceStore.seen(parsed.keyid, parsed.nonce, ttl, parsed.created))) {
       throw protoError("replayed_nonce");

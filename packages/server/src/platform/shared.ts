@@ -59,6 +59,7 @@ function redisClient(url: string): Redis {
     // Reconnect forever, at most a second apart, so service resumes within a second of Redis.
     retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1_000),
     lazyConnect: false,
+    enableAutoPipelining: true,
   });
 }
 

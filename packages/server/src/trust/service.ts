@@ -16,6 +16,7 @@ import {
   type VerifiedRequest,
 } from "@proto/protocol";
 import type { Clock } from "../platform/clock.js";
+import { Coalescer } from "../platform/coalesce.js";
 import type { Database } from "../platform/database.js";
 import { isUniqueViolation } from "../platform/database.js";
 import { DependencyUnavailable } from "../platform/dependency.js";
@@ -92,6 +93,8 @@ function serviceSuspended(aud: string, publicUrl: string): ApiError {
 const linkExpired = () =>
   new ApiError(410, "link_request_expired", "the link request has expired or was already retrieved");
 const seconds = (ms: number) => Math.floor(ms / 1000);
+const MINT_BATCHES_IN_FLIGHT = 2;
+const MAX_MINT_BATCH = 64;
 
 /**
  * An EdDSA compact JWS (JWT) signed with node:crypto: the same bytes jose's `SignJWT` produces for
@@ -100,9 +103,12 @@ const seconds = (ms: number) => Math.floor(ms / 1000);
  * promise per signature) was about as much again as the signature itself. `header` is the
  * encoded protected header.
  */
-function signJwt(header: string, claims: object, privateKey: SigningKey["privateKey"]): string {
+async function signJwt(header: string, claims: object, privateKey: SigningKey["privateKey"]): Promise<string> {
   const input = `${header}.${Buffer.from(JSON.stringify(claims), "utf8").toString("base64url")}`;
-  return `${input}.${ed25519Sign(null, Buffer.from(input, "ascii"), privateKey).toString("base64url")}`;
+  const sig = await new Promise<Buffer>((res, rej) =>
+    ed25519Sign(null, Buffer.from(input, "ascii"), privateKey, (e, r) => (e ? rej(e) : res(r))),
+  );
+  return `${input}.${sig.toString("base64url")}`;
 }
 
 /** `payment` > `oauth` > `email` (decisions §5). */
@@ -160,11 +166,37 @@ export class TrustService {
   /** The encoded protected header of the key that signed last (it changes only on rotation). */
   #header: { kid: string; encoded: string } | undefined;
   readonly tokenUrl: string;
+  readonly #mintBatches: Coalescer<store.MintInput, store.MintRecord | undefined> | undefined;
 
   constructor(deps: TrustServiceDeps) {
     this.#deps = deps;
+    this.#mintBatches =
+      deps.database.engine === "postgres"
+        ? new Coalescer({
+            run: (mints) => store.recordMints(this.#db, mints),
+            key: (mint) => mint.agentDid,
+            // A few of the pool's connections: the rest stay free for every other query.
+            maxInFlight: MINT_BATCHES_IN_FLIGHT,
+            maxBatch: MAX_MINT_BATCH,
+          })
+        : undefined;
     this.tokenUrl = `${deps.publicUrl}/v1/token`;
-    this.#verifier = createRequestVerifier({ nonceStore: deps.nonceStore, now: () => deps.clock.now() });
+    // The token endpoint is the attestor's hot path: its verifications run on the thread pool, so
+    // that one process mints on more than one core (see signJwt).
+    this.#verifier = createRequestVerifier({
+      nonceStore: deps.nonceStore,
+      now: () => deps.clock.now(),
+      offloadVerification: true,
+    });
+  }
+
+  /**
+   * store.recordMint, one statement per mint; on PostgreSQL the mints that arrive while earlier
+   * ones are out share a statement (store.recordMints), so the database commits once for many.
+   */
+  #recordMint(mint: store.MintInput): Promise<store.MintRecord | undefined> {
+    if (this.#mintBatches === undefined) return store.recordMint(this.#db, mint);
+    return this.#mintBatches.call(mint);
   }
 
   get #db() {
@@ -371,7 +403,7 @@ export class TrustService {
     const daily = rules.tokenPerBinding;
     const { day } = dailyWindow(daily, now);
     const bindingExpiresAt = now + this.#deps.settings.bindingInactivitySeconds * 1000;
-    const minted = await store.recordMint(this.#db, {
+    const minted = await this.#recordMint({
       agentDid,
       aud,
       now,
@@ -393,7 +425,7 @@ export class TrustService {
       const header = JSON.stringify({ alg: "EdDSA", typ: "JWT", kid: key.kid });
       this.#header = { kid: key.kid, encoded: Buffer.from(header, "utf8").toString("base64url") };
     }
-    const jwt = signJwt(
+    const jwt = await signJwt(
       this.#header.encoded,
       {
         iss: ATTESTATION_ISSUER,

@@ -263,6 +263,16 @@ export async function revokeBinding(db: Db, id: string, now: number): Promise<bo
   return Number(result.numUpdatedRows) === 1;
 }
 
+/** One mint as recordMint takes it. */
+export interface MintInput {
+  agentDid: string;
+  aud: string;
+  now: number;
+  expiresAt: number;
+  day: number;
+  dailyLimit: number;
+}
+
 export interface MintRecord {
   /** The binding that minted. */
   id: string;
@@ -282,15 +292,19 @@ export interface MintRecord {
  * nothing was written (mintContext says why).
  * Plain SQL: the query builder's per-call cost is measurable on the attestor's hot path.
  */
-export async function recordMint(
-  db: Db,
-  mint: { agentDid: string; aud: string; now: number; expiresAt: number; day: number; dailyLimit: number },
-): Promise<MintRecord | undefined> {
+export async function recordMint(db: Db, mint: MintInput): Promise<MintRecord | undefined> {
+  const { rows } = await mintStatement(mint, 0).execute(db);
+  const row = rows[0];
+  return row === undefined ? undefined : mintRecord(row);
+}
+
+/** recordMint's UPDATE, its row tagged `i` (recordMints runs several in one statement). */
+function mintStatement(mint: MintInput, i: number) {
   const { agentDid, aud, now, expiresAt, day, dailyLimit } = mint;
   const hasMethod = (method: string) => sql`exists (
     select 1 from trust_verifications v
     where v.human_id = trust_bindings.human_id and v.method = ${method} and v.revoked_at is null)`;
-  const { rows } = await sql<Record<string, unknown>>`
+  return sql<Record<string, unknown>>`
     update trust_bindings set
       last_mint_at = ${now},
       expires_at = ${expiresAt},
@@ -308,14 +322,13 @@ export async function recordMint(
       and not exists (
         select 1 from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud} and s.suspended_at is not null)
-    returning id, human_id,
+    returning ${sql.lit(i)} as i, id, human_id,
       (select s.last_mint_at from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud}) as service_last_mint_at,
-      ${sql.join(
-        VERIFICATION_METHODS.map((method, i) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${i}`)}`),
-      )}`.execute(db);
-  const row = rows[0];
-  if (row === undefined) return undefined;
+      ${sql.join(VERIFICATION_METHODS.map((method, j) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${j}`)}`))}`;
+}
+
+function mintRecord(row: Record<string, unknown>): MintRecord {
   const last = row.service_last_mint_at;
   return {
     id: row.id as string,
@@ -324,6 +337,56 @@ export async function recordMint(
     methods: VERIFICATION_METHODS.filter((_, i) => Boolean(row[`has_method_${i}`])),
     service_last_mint_at: last === null || last === undefined ? null : Number(last),
   };
+}
+
+/**
+ * recordMint for many mints in one PostgreSQL statement (the attestor's batched hot path): each
+ * mint is checked and recorded exactly as recordMint does it, and answers in the mints' order.
+ * The agents must be distinct: two mints of one binding in one UPDATE would count once.
+ * PostgreSQL only (`unnest` of array parameters); the mints share `dailyLimit`.
+ */
+export async function recordMints(db: Db, mints: readonly MintInput[]): Promise<(MintRecord | undefined)[]> {
+  if (mints.length === 0) return [];
+  const hasMethod = (method: string) => sql`exists (
+    select 1 from trust_verifications v
+    where v.human_id = trust_bindings.human_id and v.method = ${method} and v.revoked_at is null)`;
+  // The text is the same for any number of mints: one prepared statement, one generic plan.
+  const { rows } = await sql<Record<string, unknown>>`
+    with m as (
+      select m.*, (
+          select id from trust_bindings where agent_did = m.agent_did
+          order by revoked_at desc nulls first, created_at desc
+          limit 1) as binding_id
+      from unnest(
+        ${mints.map((_, i) => i)}::integer[], ${mints.map((m) => m.agentDid)}::text[],
+        ${mints.map((m) => m.aud)}::text[], ${mints.map((m) => m.now)}::bigint[],
+        ${mints.map((m) => m.expiresAt)}::bigint[], ${mints.map((m) => m.day)}::bigint[]
+      ) as m(i, agent_did, aud, now, expires_at, day)
+    )
+    update trust_bindings set
+      last_mint_at = m.now,
+      expires_at = m.expires_at,
+      mint_day_count = case when trust_bindings.mint_day = m.day then trust_bindings.mint_day_count + 1 else 1 end,
+      mint_day = m.day
+    from m
+    where trust_bindings.id = m.binding_id
+      and trust_bindings.revoked_at is null and trust_bindings.expires_at > m.now
+      and (trust_bindings.mint_day <> m.day or trust_bindings.mint_day_count < ${mints[0]!.dailyLimit})
+      and exists (
+        select 1 from trust_verifications v
+        where v.human_id = trust_bindings.human_id and v.revoked_at is null)
+      and not exists (
+        select 1 from trust_binding_services s
+        where s.binding_id = trust_bindings.id and s.aud = m.aud and s.suspended_at is not null)
+    returning m.i as i, trust_bindings.id as id, trust_bindings.human_id as human_id,
+      (select s.last_mint_at from trust_binding_services s
+        where s.binding_id = trust_bindings.id and s.aud = m.aud) as service_last_mint_at,
+      ${sql.join(
+        VERIFICATION_METHODS.map((method, i) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${i}`)}`),
+      )}`.execute(db);
+  const records: (MintRecord | undefined)[] = mints.map(() => undefined);
+  for (const row of rows) records[Number(row.i)] = mintRecord(row);
+  return records;
 }
 
 export async function setBindingExpiry(db: Db, id: string, expiresAt: number): Promise<boolean> {
