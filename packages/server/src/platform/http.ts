@@ -21,6 +21,7 @@ import { proxyTrust } from "./proxy-trust.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
 import { clientErrorHandler, frameworkErrorHandler, refuseMissingHost } from "./raw-errors.js";
+import { tuneV8ForServing } from "./v8-flags.js";
 
 /** Fastify's default: longer than the usual proxy's idle timeout, so the proxy closes first. */
 const KEEP_ALIVE_TIMEOUT_MS = 72_000;
@@ -99,6 +100,7 @@ export function toApiError(error: FastifyError): ApiError {
  * the listed trusted proxies.
  */
 export function createHttpServer(options: HttpOptions): FastifyInstance {
+  tuneV8ForServing();
   const trustProxy = proxyTrust(options.trustedProxies, options.trustedProxyHops);
   const outageError = outageErrors(options.onDependencyFailure);
   const fastPath = new FastPath({
