@@ -221,7 +221,7 @@ function read(engine: Engine): BenchSpec {
         });
       }
       return fill(figures, output, skipped, ({ result, stdout }) => {
-        const part = engineResult(result, engine) ?? (engine === "sqlite" ? objectAt(result) : undefined);
+        const part = engineResult(result, engine);
         if (part !== undefined) {
           return [
             numberAt(part, "ratio", "rpsRatio", "reqRatio"),

@@ -59,9 +59,13 @@ export function numberAt(object: unknown, ...keys: string[]): number | undefined
   return undefined;
 }
 
-/** An engine's part of a result: `engines` as an object keyed by engine, or an array with `engine`. */
+/**
+ * An engine's part of a result: `engines` as an object keyed by engine, or an array with `engine`,
+ * or the result itself when it is of one engine (`engine` at its top).
+ */
 export function engineResult(result: unknown, engine: string): Json | undefined {
   if (!isObject(result)) return undefined;
+  if (result.engine === engine) return result;
   const engines = result.engines;
   if (Array.isArray(engines)) {
     const found = engines.find((e) => isObject(e) && e.engine === engine);

@@ -489,6 +489,15 @@ for (const variant of STORE_VARIANTS) {
         assert.equal(claims.sub_h, alone.get(agent.did), "the token names its own agent's person");
       }
     });
+
+    test("one nonce sent many times at once is accepted exactly once", async () => {
+      const { agent } = await h.link();
+      const results = await Promise.all(
+        Array.from({ length: 10 }, () => h.mint(agent, AUD, { nonce: "the-same-nonce" })),
+      );
+      assert.deepEqual(results.map((r) => r.status).sort(), [200, ...Array(9).fill(401)]);
+      for (const replayed of results.filter((r) => r.status === 401)) assertError(replayed, 401, "replayed_nonce");
+    });
   });
 
   describe(`per-binding daily token limit (${variant.name})`, () => {

@@ -40,6 +40,12 @@ export interface OpenDatabaseOptions {
   migrationTable: string;
   /** Largest PostgreSQL pool (default 10). */
   poolSize?: number;
+  /**
+   * Prepare statements on PostgreSQL (see statementName). For stores whose queries are lookups by
+   * key: a prepared statement moves to a generic plan after five runs, which a query whose best
+   * plan depends on its parameters (the directory's search and tag filters) must not have.
+   */
+  prepareStatements?: boolean;
   /** How long a write waits for SQLite's write lock held by another process (default 1500 ms). */
   lockWaitMs?: number;
   /** Told about errors of pooled connections that no query was waiting on (logged, never fatal). */
@@ -108,7 +114,12 @@ function openSqlite(path: string, lockWaitMs: number, reads: SqliteReads): LockW
   return new LockWaitingSqliteDialect(handle, lockWaitMs);
 }
 
-function openPostgres(url: string, poolSize: number, onConnectionError: (error: Error) => void): PostgresDialect {
+function openPostgres(
+  url: string,
+  poolSize: number,
+  onConnectionError: (error: Error) => void,
+  prepare: boolean,
+): PostgresDialect {
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize,
@@ -128,7 +139,7 @@ function openPostgres(url: string, poolSize: number, onConnectionError: (error: 
   // discards the broken connection at release, and the next query opens a new one.
   pool.on("error", onConnectionError);
   pool.on("connect", (client) => client.on("error", onConnectionError));
-  return new PostgresDialect({ pool: callbackQueries(pool) });
+  return new PostgresDialect({ pool: callbackQueries(pool, prepare) });
 }
 
 const MAX_NAMED_STATEMENTS = 500;
@@ -162,7 +173,7 @@ function statementName(text: string, parameters: readonly unknown[] | undefined)
  * promoted, against 5 MB with the callback form. The old generation then grew by about 100 kB a
  * listing page until a full collection, and the server's resident memory swung by 50 MB and more.
  */
-function callbackQueries(pool: pg.Pool): PostgresPool {
+function callbackQueries(pool: pg.Pool, prepare: boolean): PostgresPool {
   // One wrapper per pg client: Kysely keeps its connection state per client object.
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
   const wrap = (client: pg.PoolClient): PostgresPoolClient => ({
@@ -250,7 +261,12 @@ export async function openDatabase<DB>(url: string, options: OpenDatabaseOptions
   const dialect =
     engine === "sqlite"
       ? openSqlite(url.slice("sqlite:".length), options.lockWaitMs ?? 1_500, reads)
-      : openPostgres(url, options.poolSize ?? 10, options.onConnectionError ?? (() => undefined));
+      : openPostgres(
+          url,
+          options.poolSize ?? 10,
+          options.onConnectionError ?? (() => undefined),
+          options.prepareStatements === true,
+        );
   const db = new Kysely<DB>({ dialect });
   const migrations = options.migrations(engine);
   const migrator = new Migrator({

@@ -63,6 +63,8 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
   });
   metrics.watchDependencies(parts.dependencies);
   database = await openDatabase<TrustSchema>(config.databaseUrl, {
+    // Every attestor query is a lookup by key: prepared once per connection, planned once.
+    prepareStatements: true,
     migrations: trustMigrations,
     migrationTable: "trust_migrations",
     onConnectionError: (error) => parts.dependencies.failed("database", error),

@@ -3,6 +3,7 @@ import type { NonceStore } from "@proto/protocol";
 import type { Redis } from "ioredis";
 import type { Kysely } from "kysely";
 import type { Clock } from "../platform/clock.js";
+import { Coalescer } from "../platform/coalesce.js";
 import { DependencyUnavailable, viaRedis } from "../platform/dependency.js";
 import { rateLimited } from "../platform/errors.js";
 import {
@@ -14,25 +15,33 @@ import {
 } from "../platform/rate-limit.js";
 import type { TrustSchema } from "./migrations.js";
 
-// KEYS[1] the pair's key, KEYS[2] the epoch marker, KEYS[3] (optional) a rate-limit counter;
-// ARGV[1] TTL seconds, ARGV[2] `created`, ARGV[3] the counter's TTL in ms, ARGV[4] its limit.
-// Answers {code, allowed, count} (the last two with a counter): code -3, the counter is at its
-// limit and nothing else was done; -2, the marker is gone (Redis came back empty); -1, signed
-// before the epoch; 1, fresh; 0, seen.
+const CHECKS_IN_FLIGHT = 8;
+const MAX_CHECKS_PER_CALL = 64;
+
+// Checks many (nonce, counter) entries in one round trip. KEYS[1] the epoch marker; then per
+// entry j (from 0) KEYS[2+2j] the pair's key and KEYS[3+2j] a rate-limit counter or '' for none;
+// ARGV[1+4j] the pair's TTL seconds, ARGV[2+4j] `created`, ARGV[3+4j] the counter's TTL in ms,
+// ARGV[4+4j] its limit. Answers three items per entry, {code, allowed, count} (the last two nil
+// without a counter): code -3, the counter is at its limit and nothing else was done; -2, the
+// marker is gone (Redis came back empty); -1, signed before the epoch; 1, fresh; 0, seen.
 const SEEN_SCRIPT = `${REDIS_HIT_FUNCTION}
-local counted = {}
-if KEYS[3] then
-  counted = hit(KEYS[3], ARGV[3], ARGV[4])
-  if counted[1] == 0 then return {-3, counted[1], counted[2]} end
+local epoch = redis.call('GET', KEYS[1])
+local out = {}
+for j = 0, (#KEYS - 1) / 2 - 1 do
+  local counter = KEYS[3 + 2 * j]
+  local counted = {false, false}
+  local code
+  if counter ~= '' then counted = hit(counter, ARGV[3 + 4 * j], ARGV[4 + 4 * j]) end
+  if counter ~= '' and counted[1] == 0 then code = -3
+  elseif not epoch then code = -2
+  elseif tonumber(ARGV[2 + 4 * j]) < tonumber(epoch) then code = -1
+  elseif redis.call('SET', KEYS[2 + 2 * j], '1', 'EX', ARGV[1 + 4 * j], 'NX') then code = 1
+  else code = 0 end
+  out[3 * j + 1] = code
+  out[3 * j + 2] = counted[1]
+  out[3 * j + 3] = counted[2]
 end
-local function answer(code)
-  return {code, counted[1], counted[2]}
-end
-local epoch = redis.call('GET', KEYS[2])
-if not epoch then return answer(-2) end
-if tonumber(ARGV[2]) < tonumber(epoch) then return answer(-1) end
-if redis.call('SET', KEYS[1], '1', 'EX', ARGV[1], 'NX') then return answer(1) end
-return answer(0)
+return out
 `;
 const SEEN_SCRIPT_SHA = createHash("sha1").update(SEEN_SCRIPT).digest("hex");
 
@@ -68,10 +77,21 @@ export interface ReplayStoreOptions {
 export class ReplayStore implements NonceStore {
   readonly #options: ReplayStoreOptions;
   readonly #marker: string;
+  /**
+   * The checks that arrive while others are at Redis go together in the next script call. Two
+   * checks of one pair never share a call: the second must see the first's mark.
+   */
+  readonly #checks: Coalescer<Check, unknown[]>;
 
   constructor(options: ReplayStoreOptions) {
     this.#options = options;
     this.#marker = `${options.keyPrefix}epoch`;
+    this.#checks = new Coalescer({
+      run: (checks) => this.#runChecks(checks),
+      key: (check) => check.key,
+      maxInFlight: CHECKS_IN_FLIGHT,
+      maxBatch: MAX_CHECKS_PER_CALL,
+    });
   }
 
   async seen(keyid: string, nonce: string, ttlSeconds: number, createdSeconds = 0): Promise<boolean> {
@@ -158,23 +178,39 @@ export class ReplayStore implements NonceStore {
     }
   }
 
-  async #run(key: string, ttl: string, created: string, counter: RedisCounter | undefined): Promise<unknown> {
+  #run(key: string, ttl: string, created: string, counter: RedisCounter | undefined): Promise<unknown[]> {
+    return this.#checks.call({ key, ttl, created, counter });
+  }
+
+  async #runChecks(checks: readonly Check[]): Promise<unknown[][]> {
+    const keys: string[] = [this.#marker];
+    const args: string[] = [];
+    for (const { key, ttl, created, counter } of checks) {
+      keys.push(key, counter?.key ?? "");
+      args.push(ttl, created, counter === undefined ? "0" : String(counter.ttlMs), String(counter?.limit ?? 0));
+    }
     const redis = this.#options.redis;
-    const args =
-      counter === undefined
-        ? [2, key, this.#marker, ttl, created]
-        : [3, key, this.#marker, counter.key, ttl, created, String(counter.ttlMs), String(counter.limit)];
     let reply: unknown;
     try {
-      reply = await redis.evalsha(SEEN_SCRIPT_SHA, ...(args as [number, ...string[]]));
+      reply = await redis.evalsha(SEEN_SCRIPT_SHA, keys.length, ...keys, ...args);
     } catch (error) {
       // The script cache is empty after a Redis restart or failover; EVAL loads it again.
       if (!(error instanceof Error && error.message.startsWith("NOSCRIPT"))) throw error;
-      reply = await redis.eval(SEEN_SCRIPT, ...(args as [number, ...string[]]));
+      reply = await redis.eval(SEEN_SCRIPT, keys.length, ...keys, ...args);
     }
     this.#options.onAnswered();
-    return reply;
+    if (!Array.isArray(reply) || reply.length !== 3 * checks.length)
+      throw new Error("the replay script answered oddly");
+    return checks.map((_, j) => reply.slice(3 * j, 3 * j + 3));
   }
+}
+
+/** One pair to check (and perhaps one counter to count) in the replay script. */
+interface Check {
+  key: string;
+  ttl: string;
+  created: string;
+  counter: RedisCounter | undefined;
 }
 
 /** A nonce store for one request; `counted()` says whether it counted the request's rate limit. */
