@@ -137,7 +137,7 @@ describe("attestor pages for people in a browser (issue 17)", { skip: launched.s
 
     await outboxLink.click();
     assert.equal(new URL(page.url()).pathname, "/dev/outbox");
-    const mails = page.locator("article.mail");
+    const mails = page.locator("main section.card");
     assert.equal(await mails.count(), 2);
     assert.match(await mails.nth(0).innerText(), new RegExp(email.replace(/[.]/g, "\\.")), "newest first");
     assert.match(await mails.nth(1).innerText(), /someone-else@mail\.test/);

@@ -44,7 +44,6 @@ ul.services li:last-child { border-bottom: 1px solid var(--border); }
 .lead { font-size: 1.1rem; background: var(--card); border: 1px solid var(--border); border-left: 4px solid var(--accent); border-radius: .4rem; padding: .75rem 1rem; overflow-wrap: anywhere; }
 /* Mail in the development outbox: its long lines (sign-in links) wrap instead of widening the page. */
 pre.mail-text { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: .9rem; }
-.card.mail dl { margin-bottom: .75rem; }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 `;
 

@@ -9,6 +9,8 @@ export interface FallbackDeps {
   sessions: SessionManager;
   /** The paths of the forms people post to (they have no page of their own to show). */
   formPaths: ReadonlySet<string>;
+  /** The API's error handler: what answers a request refused before the fallback (JSON). */
+  apiErrors: FastifyInstance["errorHandler"];
 }
 
 /** Where someone lands who asks for a form's address (a refresh or Back after posting it). */
@@ -23,6 +25,12 @@ function pageForForm(path: string): string {
  */
 export async function fallbackPages(app: FastifyInstance, deps: FallbackDeps): Promise<void> {
   const hidden = { schema: { hide: true } };
+  // These routes stand in for "no route": a request refused on the way (a control character, a
+  // bad query) is answered as the API answers it, unless a browser asked for a page.
+  const pageErrors = app.errorHandler;
+  app.setErrorHandler((error, request, reply) =>
+    (acceptsHtml(request) ? pageErrors : deps.apiErrors).call(app, error, request, reply),
+  );
 
   app.get("/", hidden, async (request, reply) => {
     if (!acceptsHtml(request)) return reply.callNotFound();

@@ -51,6 +51,7 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     if (methods.includes("POST")) formPaths.add(route.url);
   });
 
+  const apiErrors = app.errorHandler;
   // Errors on pages are pages, not JSON, with the status of the client's mistake.
   app.setErrorHandler((error: Error & { code?: string; statusCode?: number }, request, reply) => {
     const problem = pageProblem(error, app.outageError);
@@ -84,7 +85,7 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
   });
 
   if (options.mailer instanceof OutboxMailer) outboxPage(app, options.mailer);
-  await app.register(fallbackPages, { sessions: options.sessions, formPaths });
+  await app.register(fallbackPages, { sessions: options.sessions, formPaths, apiErrors });
 }
 
 export async function registerCookies(app: FastifyInstance): Promise<void> {
