@@ -212,6 +212,8 @@ describe("attestor pages for people in a browser (issue 17)", { skip: launched.s
       await p.goto(`${origin}/link/confirm`);
       assert.equal(new URL(p.url()).pathname, "/signin", "signed out: /account sends to sign-in");
       assert.equal(new URL(p.url()).searchParams.get("next"), "/account");
+      await p.goto(`${origin}/account/bindings/bnd_anything/revoke`);
+      assert.equal(new URL(p.url()).pathname, "/signin", "a form whose address carries an id");
 
       const missing = await p.goto(`${origin}/no/such/page?x=1`);
       assert.equal(missing?.status(), 404);
@@ -221,7 +223,7 @@ describe("attestor pages for people in a browser (issue 17)", { skip: launched.s
 
       // API clients: the same JSON envelope and status as before.
       for (const accept of [undefined, "application/json", "*/*", "application/json, text/html"]) {
-        for (const path of ["/", "/no/such/page", "/signin/email", "/link/confirm"]) {
+        for (const path of ["/", "/no/such/page", "/signin/email", "/link/confirm", "/account/bindings/b/revoke"]) {
           const answer = await h.request("GET", path, accept === undefined ? {} : { headers: { accept } });
           assert.equal(answer.status, 404, `${accept} ${path}`);
           assert.match(answer.headers.get("content-type") ?? "", /^application\/json/);

@@ -7,10 +7,23 @@ import type { SessionManager } from "./session.js";
 
 export interface FallbackDeps {
   sessions: SessionManager;
-  /** The paths of the forms people post to (they have no page of their own to show). */
+  /** The route patterns of the forms people post to (they have no page of their own to show). */
   formPaths: ReadonlySet<string>;
   /** The API's error handler: what answers a request refused before the fallback (JSON). */
   apiErrors: FastifyInstance["errorHandler"];
+}
+
+/** Whether `path` is one of the forms' route patterns (`/account/bindings/:id/revoke`). */
+function isFormPath(path: string, patterns: ReadonlySet<string>): boolean {
+  if (patterns.has(path)) return true;
+  const segments = path.split("/");
+  for (const pattern of patterns) {
+    const parts = pattern.split("/");
+    if (parts.length === segments.length && parts.every((part, i) => part.startsWith(":") || part === segments[i])) {
+      return true;
+    }
+  }
+  return false;
 }
 
 /** Where someone lands who asks for a form's address (a refresh or Back after posting it). */
@@ -56,7 +69,7 @@ Link your agent to your account here; services it uses can then ask this attesto
   app.get("/*", hidden, async (request: FastifyRequest, reply: FastifyReply) => {
     if (!acceptsHtml(request)) return reply.callNotFound();
     const path = request.url.split("?")[0] ?? "/";
-    if (deps.formPaths.has(path)) return reply.redirect(pageForForm(path), 303);
+    if (isFormPath(path, deps.formPaths)) return reply.redirect(pageForForm(path), 303);
     return sendMessage(
       reply,
       404,
