@@ -8,6 +8,7 @@
 import fastifySwagger from "@fastify/swagger";
 import fastifySwaggerUi from "@fastify/swagger-ui";
 import type { FastifyInstance, FastifySchema, RouteOptions } from "fastify";
+import { escapeHtml } from "./html.js";
 
 export const OPENAPI_PATH = "/openapi.json";
 export const DOCS_PATH = "/docs";
@@ -81,6 +82,28 @@ const OUTAGE_RESPONSE = {
     "A dependency (the database or Redis) is unavailable: error code `service_unavailable`, with `Retry-After` in seconds. Retry after that delay; nothing was changed.",
 } as const;
 
+/**
+ * The docs page's logo: the service's name as an SVG image (Swagger UI shows the logo as a data:
+ * image in its top bar), in place of the framework's own logo.
+ */
+export function docsLogo(title: string): Buffer {
+  const name = escapeHtml(title);
+  // Wide enough for the name at 18px in a system font; the top bar scales the image to 40px high.
+  const width = Math.ceil(title.length * 10.5) + 16;
+  return Buffer.from(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="40" viewBox="0 0 ${width} 40" role="img" aria-label="${name}"><title>${name}</title><text x="0" y="27" font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif" font-size="18" font-weight="700" fill="#ffffff">${name}</text></svg>`,
+  );
+}
+
+/** Swagger UI's page has no viewport meta: without one a phone lays it out 980px wide and shrinks it. */
+const VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">';
+
+function withViewport(payload: unknown): unknown {
+  return typeof payload === "string" && payload.includes("<head>") && !payload.includes('name="viewport"')
+    ? payload.replace("<head>", `<head>\n${VIEWPORT}`)
+    : payload;
+}
+
 function methodsOf(route: RouteOptions): string[] {
   return Array.isArray(route.method) ? route.method : [route.method as string];
 }
@@ -123,17 +146,19 @@ export async function registerOpenApi(app: FastifyInstance, options: OpenApiOpti
   // The UI in a scope of its own, so its headers reach its page and assets and nothing else.
   await app.register(async (docs) => {
     docs.addHook("onSend", async (_request, reply, payload) => {
+      const type = String(reply.getHeader("content-type") ?? "");
       reply
         .header("content-security-policy", DOCS_CSP)
         .header("x-content-type-options", "nosniff")
         .header("referrer-policy", "no-referrer")
         .header("x-frame-options", "DENY");
-      return payload;
+      return type.startsWith("text/html") ? withViewport(payload) : payload;
     });
     await docs.register(fastifySwaggerUi, {
       routePrefix: DOCS_PATH,
       uiConfig: { deepLinking: true, validatorUrl: null },
       theme: { title: `${options.title}: API` },
+      logo: { type: "image/svg+xml", content: docsLogo(options.title), href: DOCS_PATH, target: "_self" },
     });
   });
 }

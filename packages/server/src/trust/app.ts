@@ -179,6 +179,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     limiter: parts.limiter,
     clock: parts.clock,
     publicUrl: config.publicUrl,
+    oidcClients: config.oidcClients,
     signinOptions: () => (upstream === undefined ? [] : [upstream.signinOption]),
     accountActions: () => [
       ...(payment === undefined ? [] : [payment.accountAction]),

@@ -37,6 +37,12 @@ export const SERVER_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/sitemap\.xml$/, "asset"],
 ];
 
+/**
+ * The attestor's start page and its fallback for unknown paths answer a browser with a page and
+ * any other client with the API's not-found envelope.
+ */
+const ATTESTOR_ROUTE_KINDS: [RegExp, RouteKind][] = [[/^\/\*?$/, "dual"]];
+
 const METRICS_TOKEN = "metrics-token-for-the-fuzzer-0123";
 const DIRECTORY_RAISED_LIMITS =
   "challenge=1000000/60,create=1000000/60,write=1000000/60,read=1000000/60,sitemap=1000000/60,pages=1000000/60";
@@ -283,7 +289,7 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
     name: `attestor (${variant.name}${options.limits === "default" ? ", default limits" : ""})`,
     url,
     routes: fuzzable(routesOf(app.app)),
-    kindOf: kindByPath(SERVER_ROUTE_KINDS),
+    kindOf: kindByPath([...ATTESTOR_ROUTE_KINDS, ...SERVER_ROUTE_KINDS]),
     signable: ["POST /v1/token", "POST /webhooks/payment"],
     redirectOrigins: [PUBLIC_URL, OIDC_REDIRECT, standIns.host.origin("idp.test"), standIns.host.origin("pay.test")],
     sign,

@@ -18,7 +18,7 @@ a { color: var(--accent); }
 label { display: block; font-weight: 600; margin-bottom: .25rem; }
 input[type=email], input[type=text] { width: 100%; font: inherit; padding: .6rem .7rem; border: 1px solid var(--border); border-radius: .4rem; background: var(--bg); color: var(--fg); }
 button, .button { font: inherit; font-weight: 600; padding: .6rem 1rem; border-radius: .4rem; border: 1px solid var(--accent); background: var(--accent); color: var(--accent-fg); cursor: pointer; text-decoration: none; display: inline-block; }
-button.secondary { background: transparent; color: var(--accent); }
+button.secondary, .button.secondary { background: transparent; color: var(--accent); }
 button.danger { background: transparent; color: var(--danger); border-color: var(--danger); }
 :focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
 .actions { display: flex; gap: .75rem; flex-wrap: wrap; margin-top: 1rem; }
@@ -40,6 +40,10 @@ ul.services li:last-child { border-bottom: 1px solid var(--border); }
 .badge.published { border-color: var(--ok); color: var(--ok); }
 /* What acts on the whole card (revoking the link) stands apart from its sections' own buttons. */
 .card-end { border-top: 1px solid var(--border); margin-top: 1rem; padding-top: 1rem; }
+/* Why someone is asked to sign in (the agent or service that sent them). */
+.lead { font-size: 1.1rem; background: var(--card); border: 1px solid var(--border); border-left: 4px solid var(--accent); border-radius: .4rem; padding: .75rem 1rem; overflow-wrap: anywhere; }
+/* Mail in the development outbox: its long lines (sign-in links) wrap instead of widening the page. */
+pre.mail-text { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: .9rem; }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 `;
 

@@ -26,7 +26,7 @@ export function layout(options: PageOptions): SafeHtml {
 <script src="/assets/site.js" defer></script>
 </head>
 <body>
-<header class="site"><a class="brand" href="/account">proto trust</a>${nav}</header>
+<header class="site"><a class="brand" href="/">proto trust</a>${nav}</header>
 <main id="main">
 ${options.body}
 </main>

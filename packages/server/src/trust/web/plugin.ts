@@ -7,11 +7,14 @@ import { html } from "../../platform/html.js";
 import { pageProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
 import { type Mailer, OutboxMailer } from "../mail.js";
+import type { OidcClient } from "../oidc/clients.js";
 import type { TrustService } from "../service.js";
 import { accountRoutes } from "./account.js";
 import { registerAssets } from "./assets.js";
-import { sendMessage, sendPage } from "./layout.js";
+import { fallbackPages } from "./fallback-pages.js";
+import { sendMessage } from "./layout.js";
 import { linkPageRoutes } from "./link-page.js";
+import { outboxPage } from "./outbox-page.js";
 import type { SessionManager } from "./session.js";
 import { DEFAULT_SIGNIN_LIMITS, type SigninOption, signinRoutes } from "./signin.js";
 
@@ -25,6 +28,8 @@ export interface HumanPagesOptions {
   /** Sign-in methods besides e-mail, and actions on the account page, added by other modules. */
   signinOptions: () => SigninOption[];
   accountActions: () => { label: string; path: string }[];
+  /** The OpenID provider's clients, named on the sign-in page they send people to. */
+  oidcClients?: readonly OidcClient[];
 }
 
 /**
@@ -39,7 +44,14 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     getToken: (request) => (request.body as { _csrf?: string } | undefined)?._csrf,
   });
   registerAssets(app);
+  // The forms' addresses, for a browser that asks for one by GET (refresh, Back, a pasted URL).
+  const formPaths = new Set<string>();
+  app.addHook("onRoute", (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    if (methods.includes("POST")) formPaths.add(route.url);
+  });
 
+  const apiErrors = app.errorHandler;
   // Errors on pages are pages, not JSON, with the status of the client's mistake.
   app.setErrorHandler((error: Error & { code?: string; statusCode?: number }, request, reply) => {
     const problem = pageProblem(error, app.outageError);
@@ -62,6 +74,7 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     publicUrl: options.publicUrl,
     limits: DEFAULT_SIGNIN_LIMITS,
     options: options.signinOptions,
+    oidcClients: options.oidcClients ?? [],
   });
   await app.register(linkPageRoutes, { service: options.service, sessions: options.sessions, clock: options.clock });
   await app.register(accountRoutes, {
@@ -71,21 +84,8 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     actions: options.accountActions,
   });
 
-  const mailer = options.mailer;
-  if (mailer instanceof OutboxMailer) {
-    app.get("/dev/outbox", async (_request, reply) =>
-      sendPage(reply, {
-        title: "Development outbox",
-        body: html`<h1>Development outbox</h1>
-<p class="muted">SMTP_URL is not set, so mail is kept here instead of being sent. This page does not exist in production.</p>
-${mailer.entries.length === 0 ? html`<p>No mail yet.</p>` : ""}
-${mailer.entries.map(
-  (m) => html`<section class="card"><p><strong>To:</strong> ${m.to}<br><strong>Subject:</strong> ${m.subject}<br>
-  <span class="muted">${m.sentAt}</span></p><pre>${m.text}</pre></section>`,
-)}`,
-      }),
-    );
-  }
+  if (options.mailer instanceof OutboxMailer) outboxPage(app, options.mailer);
+  await app.register(fallbackPages, { sessions: options.sessions, formPaths, apiErrors });
 }
 
 export async function registerCookies(app: FastifyInstance): Promise<void> {

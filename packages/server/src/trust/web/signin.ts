@@ -4,11 +4,13 @@ import type { Clock } from "../../platform/clock.js";
 import { html, type SafeHtml } from "../../platform/html.js";
 import { type RateLimiter, type RateLimitRule, rateLimitKey } from "../../platform/rate-limit.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
-import type { Mailer } from "../mail.js";
+import { type Mailer, OutboxMailer } from "../mail.js";
+import type { OidcClient } from "../oidc/clients.js";
 import type { TrustService } from "../service.js";
 import { canonicalEmail } from "../service.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { type SessionManager, safeNext } from "./session.js";
+import { signinContext } from "./signin-context.js";
 
 export const MAGIC_LINK_TTL_SECONDS = 15 * 60;
 
@@ -40,6 +42,8 @@ export interface SigninDeps {
   publicUrl: string;
   limits: SigninLimits;
   options: () => SigninOption[];
+  /** The OpenID provider's clients, to name the service that sent someone to sign in. */
+  oidcClients: readonly OidcClient[];
 }
 
 interface EmailForm {
@@ -53,12 +57,19 @@ function tooMany(reply: FastifyReply, retryAfter: number): FastifyReply {
   return sendMessage(reply, 429, "Too many attempts", `Please wait ${retryAfter} seconds and try again.`);
 }
 
-function signinForm(csrf: string, next: string, options: SigninOption[], error?: string): SafeHtml {
+function signinForm(
+  csrf: string,
+  next: string,
+  options: SigninOption[],
+  context: SafeHtml | undefined,
+  error?: string,
+): SafeHtml {
   const others = options.map(
     (o) =>
       html`<p><a class="button secondary" href="${`${o.path}?next=${encodeURIComponent(next)}`}">Sign in with ${o.label}</a></p>`,
   );
   return html`<h1>Sign in</h1>
+${context}
 <p>We will e-mail you a link that signs you in.</p>
 ${error ? html`<p class="error" role="alert" id="email-error">${error}</p>` : ""}
 <form method="post" action="/signin/email">
@@ -76,12 +87,14 @@ ${others.length > 0 ? html`<h2>Or</h2>${others}` : ""}`;
 export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Promise<void> {
   const { service, sessions, mailer, limiter, clock } = deps;
   const db = service.database.db;
+  const contextOf = (next: string) =>
+    signinContext(next, { service, oidcClients: deps.oidcClients, now: () => clock.now() });
 
   app.get<{ Querystring: { next?: string } }>("/signin", async (request, reply) => {
     const next = safeNext(request.query.next, deps.publicUrl);
     return sendPage(reply, {
       title: "Sign in",
-      body: signinForm(reply.generateCsrf(), next, deps.options()),
+      body: signinForm(reply.generateCsrf(), next, deps.options(), await contextOf(next)),
     });
   });
 
@@ -96,7 +109,13 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
       return sendPage(reply, {
         status: 400,
         title: "Sign in",
-        body: signinForm(reply.generateCsrf(), next, deps.options(), "Enter a valid e-mail address."),
+        body: signinForm(
+          reply.generateCsrf(),
+          next,
+          deps.options(),
+          await contextOf(next),
+          "Enter a valid e-mail address.",
+        ),
       });
     }
     const perAddress = await limiter.hit(deps.limits.emailPerAddress, rateLimitKey("email", email));
@@ -130,7 +149,14 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
     return sendPage(reply, {
       title: "Check your e-mail",
       body: html`<h1>Check your e-mail</h1><p>If the address can receive mail, a sign-in link is on its way to
-          <strong>${email}</strong>. It works once, within ${MAGIC_LINK_TTL_SECONDS / 60} minutes.</p>`,
+          <strong>${email}</strong>. It works once, within ${MAGIC_LINK_TTL_SECONDS / 60} minutes.</p>
+${
+  // Without SMTP nothing leaves the machine: say where the mail is.
+  mailer instanceof OutboxMailer
+    ? html`<p class="notice">Development: mail is not sent but kept in the
+<a href="/dev/outbox">development outbox</a>. Open it to find your sign-in link.</p>`
+    : ""
+}`,
     });
   });
 
