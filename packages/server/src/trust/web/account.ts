@@ -152,7 +152,8 @@ function connectedServices(connected: OidcConsentRow[], csrf: string): SafeHtml 
     (c) => html`<li class="service">
     <div><strong title="${c.service_did}">${serviceName(c.service_did)}</strong></div>
     <div><code>${c.service_did}</code></div>
-    <div class="muted">Allowed ${date(c.granted_at)} · last sign-in ${date(c.last_used_at)}</div>
+    <div class="muted">Allowed ${date(c.granted_at)}</div>
+    <div class="muted">Last sign-in ${date(c.last_used_at)}</div>
     <form method="post" action="/account/connections/disconnect">
       <input type="hidden" name="_csrf" value="${csrf}">
       <input type="hidden" name="client_id" value="${c.client_id}">
@@ -282,13 +283,13 @@ ${connectedServices(connected, csrf)}
     return sendPage(reply, {
       title: `Revoke ${agentName(b)}?`,
       signedIn: { csrf },
-      body: html`<h1>Revoke agent ${agentName(b)}?</h1>
+      body: html`<h1>Revoke this agent?</h1>
 <dl class="card">
   <dt>Agent</dt><dd>${b.agent_label ?? html`<span class="muted">(no name given)</span>`}</dd>
   <dt>DID</dt><dd><code title="${b.agent_did}">${shortenDid(b.agent_did)}</code></dd>
   <dt>Linked</dt><dd>${date(b.created_at)}</dd>
 </dl>
-<p>The agent can no longer get attestations for you, for any service. Attestations already issued stay valid until they expire (at most 15 minutes).</p>
+<p>Once revoked, it can no longer get attestations for you, for any service. Attestations already issued stay valid until they expire (at most 15 minutes).</p>
 <p>This cannot be undone: to use this agent again, link it again from the agent.</p>
 <div class="actions">
   <form method="post" action="/account/bindings/${b.id}/revoke">

@@ -27,28 +27,26 @@ export function sendConsentPage(reply: FastifyReply, view: ConsentView): Fastify
     title: `Sign in to ${name}?`,
     signedIn: { csrf: view.csrf },
     body: html`<h1>Sign in to ${name}?</h1>
-<p><strong>${name}</strong> asks to sign you in with your account here. This is the first time, so you decide what it gets.</p>
-<section class="card" aria-labelledby="consent-receives">
-  <h2 id="consent-receives">${name} will receive</h2>
-  <ul>
-    <li>An identifier made for this service alone: <code title="${view.pseudonym}">${shortenDid(view.pseudonym)}</code>.
-      Every service gets a different one, so services cannot tell that they see the same person.</li>
-    <li>That you signed in here, and when.</li>
-  </ul>
-  <h2 id="consent-not">It will not receive</h2>
-  <ul>
-    <li>Your e-mail address, or how you are verified.</li>
-    <li>Your agents, or the other services you use.</li>
-  </ul>
-</section>
-<dl>
+<p><strong>${name}</strong> asks to sign you in with your account here.</p>
+<dl class="card">
   <dt>Service</dt><dd><code>${view.serviceDid}</code></dd>
   <dt>You return to</dt><dd><code title="${view.redirectUri}">${returnTo}</code></dd>
 </dl>
+<h2>${name} will receive</h2>
+<ul>
+  <li>An identifier made for this service alone: <code title="${view.pseudonym}">${shortenDid(view.pseudonym)}</code>.
+    Every service gets a different one, so services cannot tell that they see the same person.</li>
+  <li>That you signed in here, and when.</li>
+</ul>
+<h2>It will not receive</h2>
+<ul>
+  <li>Your e-mail address, or how you are verified.</li>
+  <li>Your agents, or the other services you use.</li>
+</ul>
 <form method="post" action="/oidc/consent">
   <input type="hidden" name="_csrf" value="${view.csrf}">
   ${Object.entries(view.request).map(([key, value]) => html`<input type="hidden" name="${key}" value="${value}">`)}
-  <p class="muted">Your answer is remembered. You can disconnect ${name} on your account page at any time.</p>
+  <p class="muted">If you allow, ${name} can sign you in from now on without asking again, until you disconnect it on your account page.</p>
   <div class="actions">
     <button type="submit" name="decision" value="allow">Allow</button>
     <button type="submit" name="decision" value="deny" class="secondary">Deny</button>
