@@ -220,7 +220,7 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         const notice = page.getByRole("status");
         assert.match(
           await notice.innerText(),
-          /^Disconnected\. Signing in with this account there will ask you again\./,
+          /^shop\.example is disconnected\. If it asks to sign you in again, you will be asked first\./,
         );
         assert.equal(await page.getByRole("list", { name: "Connected services" }).count(), 0);
         await page.getByText("No service signs you in with this account yet.").waitFor();

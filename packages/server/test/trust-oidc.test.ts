@@ -403,7 +403,7 @@ describe("OpenID provider and sign-in", () => {
         });
         assert.equal(disconnected.status, 303, disconnected.text);
         const after = await b.get(disconnected.location ?? "");
-        assert.match(after.text, /Disconnected\./);
+        assert.match(after.text, /rp\.example is disconnected\./);
         assert.doesNotMatch(after.text, /<strong title="did:web:rp\.example">/);
         assert.equal((await b.get(authorizeUrl)).status, 200, "asked again after disconnecting");
         // Disconnecting what is not connected is a page saying so.

@@ -55,12 +55,13 @@ export async function consentsOf(db: Db, humanId: string): Promise<OidcConsentRo
     .execute();
 }
 
-/** Forgets the person's "Allow" for a client; false when there was none. */
-export async function withdrawConsent(db: Db, humanId: string, clientId: string): Promise<boolean> {
-  const result = await db
+/** Forgets the person's "Allow" for a client; answers the service it named, undefined when none. */
+export async function withdrawConsent(db: Db, humanId: string, clientId: string): Promise<string | undefined> {
+  const row = await db
     .deleteFrom("trust_oidc_consents")
     .where("human_id", "=", humanId)
     .where("client_id", "=", clientId)
+    .returning("service_did")
     .executeTakeFirst();
-  return Number(result.numDeletedRows) > 0;
+  return row?.service_did;
 }

@@ -29,7 +29,7 @@ type Done =
   | { kind: "service"; action: ServiceAction; binding: string; aud: string }
   | { kind: "wba"; action: WbaAction; binding: string }
   | { kind: "revoked"; binding: string }
-  | { kind: "disconnected"; client: string };
+  | { kind: "disconnected"; client: string; service: string };
 
 /** What a card needs to say about Web Bot Auth: the directory's URL, the host it names, the time. */
 interface WbaView {
@@ -175,7 +175,7 @@ function doneNotice(
   if (done.kind === "disconnected") {
     // Said only while it is true: after the next "Allow" the service is connected again.
     if (connected.some((c) => c.client_id === done.client)) return "";
-    return html`<p class="notice" role="status"><strong>Disconnected.</strong> Signing in with this account there will ask you again.</p>`;
+    return html`<p class="notice" role="status"><strong>${serviceName(done.service)} is disconnected.</strong> If it asks to sign you in again, you will be asked first.</p>`;
   }
   if (done.kind === "revoked") {
     const revoked = bindings.find((b) => b.id === done.binding && b.revoked_at !== null);
@@ -202,8 +202,10 @@ function doneNotice(
 }
 
 function readDone(query: unknown): Done | undefined {
-  const { done, binding, aud, client } = (query ?? {}) as Record<string, unknown>;
-  if (done === "disconnected" && typeof client === "string") return { kind: "disconnected", client };
+  const { done, binding, aud, client, service } = (query ?? {}) as Record<string, unknown>;
+  if (done === "disconnected" && typeof client === "string" && typeof service === "string") {
+    return { kind: "disconnected", client, service };
+  }
   if (typeof binding !== "string") return undefined;
   if (done === "revoked") return { kind: "revoked", binding };
   if (done === "published" || done === "unpublished") {
@@ -334,7 +336,8 @@ ${connectedServices(connected, csrf)}
       const session = await sessions.current(request);
       if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
       const clientId = request.body.client_id;
-      if (!(await consents.withdrawConsent(service.database.db, session.humanId, clientId))) {
+      const serviceDid = await consents.withdrawConsent(service.database.db, session.humanId, clientId);
+      if (serviceDid === undefined) {
         return sendMessage(
           reply,
           404,
@@ -343,7 +346,8 @@ ${connectedServices(connected, csrf)}
           html`<p><a class="button" href="/account">Go to your account</a></p>`,
         );
       }
-      return reply.redirect(`/account?${new URLSearchParams({ done: "disconnected", client: clientId })}`, 303);
+      const query = new URLSearchParams({ done: "disconnected", client: clientId, service: serviceDid });
+      return reply.redirect(`/account?${query}`, 303);
     },
   );
 
