@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { hasRawControlCharacter, hostileRedirects } from "@proto/testkit";
+import { hasRawControlCharacter, hostileRedirects, unescapeHtml } from "@proto/testkit";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import * as client from "openid-client";
 import type { OutboxMailer } from "../src/trust/mail.js";
@@ -137,12 +137,7 @@ describe("OpenID provider and sign-in", () => {
         assert.match(page.text, /<form method="post" action="\/oidc\/consent">/);
         const form: Record<string, string> = { decision };
         for (const m of page.text.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
-          form[m[1] as string] = (m[2] as string)
-            .replace(/&amp;/g, "&")
-            .replace(/&quot;/g, '"')
-            .replace(/&#39;/g, "'")
-            .replace(/&lt;/g, "<")
-            .replace(/&gt;/g, ">");
+          form[m[1] as string] = unescapeHtml(m[2] as string);
         }
         return b.send("POST", "/oidc/consent", { form });
       }
