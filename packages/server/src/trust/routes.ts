@@ -70,7 +70,8 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
     "GET /.well-known/openid-configuration": { summary: "OpenID provider configuration", tags: ["openid"] },
     "GET /oidc/authorize": {
       summary: "Start sign-in (authorization code with PKCE S256)",
-      description: "Without a session the person signs in first; then the browser returns to redirect_uri with a code.",
+      description:
+        "Without a session the person signs in first. On their first sign-in to this client a consent page asks (Allow / Deny, answered by POST /oidc/consent); once allowed, the browser returns to redirect_uri with a code at once.",
       tags: ["openid"],
     },
     "POST /oidc/token": {
