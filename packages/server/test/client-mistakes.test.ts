@@ -63,7 +63,7 @@ async function routesOf(request: (method: string, path: string) => Promise<HttpR
 
 /** What kind of error a route answers with. */
 function kindOf(route: { pattern: string; tags: string[] }): Kind {
-  if (route.pattern === "/oidc/authorize") return "page";
+  if (route.pattern === "/oidc/authorize" || route.pattern === "/oidc/consent") return "page";
   if (route.pattern.startsWith("/oidc/")) return "oauth";
   if (route.pattern.startsWith("/webhooks/")) return "envelope";
   return route.tags.includes("pages") || route.tags.includes("payment") ? "page" : "envelope";

@@ -104,7 +104,14 @@ describe("no secrets in logs", { timeout: 60_000 }, () => {
       state: "state-secret-0123456789",
       nonce: "nonce-secret-0123456789",
     });
-    const authorized = await b.get(`/oidc/authorize?${query}`);
+    // The first sign-in to this service asks; Allow posts the request back with the answer.
+    const asked = await b.get(`/oidc/authorize?${query}`);
+    assert.equal(asked.status, 200, asked.text);
+    const authorized = await b.post("/oidc/consent", {
+      ...Object.fromEntries(query),
+      _csrf: field(asked.text, "_csrf"),
+      decision: "allow",
+    });
     assert.equal(authorized.status, 302, authorized.text);
     secrets.code = new URL(authorized.location ?? "").searchParams.get("code") ?? "";
     assert.ok(secrets.code.length > 20);

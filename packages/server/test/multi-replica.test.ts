@@ -599,7 +599,15 @@ describe("multi-replica: 3 directories, 2 attestors, one PostgreSQL, one Redis",
         state: "st-1",
         nonce: "n-1",
       });
-      const authorized = await person.send(T[1]!, "GET", `/oidc/authorize?${query}`);
+      // Asked on one attestor, answered on another: the answer and the code live in the shared store.
+      const asked = await person.send(T[0]!, "GET", `/oidc/authorize?${query}`);
+      assert.equal(asked.status, 200, asked.text);
+      const csrf = /name="_csrf" value="([^"]+)"/.exec(asked.text)?.[1] ?? "";
+      const authorized = await person.send(T[1]!, "POST", "/oidc/consent", {
+        ...Object.fromEntries(query),
+        _csrf: csrf,
+        decision: "allow",
+      });
       assert.ok([302, 303].includes(authorized.status), `${authorized.status} ${authorized.text}`);
       const back = new URL(authorized.location ?? "");
       assert.equal(`${back.origin}${back.pathname}`, REDIRECT_URI);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { hasRawControlCharacter, hostileRedirects } from "@proto/testkit";
+import { hasRawControlCharacter, hostileRedirects, unescapeHtml } from "@proto/testkit";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import * as client from "openid-client";
 import type { OutboxMailer } from "../src/trust/mail.js";
@@ -131,6 +131,17 @@ describe("OpenID provider and sign-in", () => {
         return { verifier, challenge: await client.calculatePKCECodeChallenge(verifier) };
       }
 
+      /** Presses Allow or Deny on the consent page `page`, posting its form as a browser does. */
+      async function answerConsent(b: Browserless, page: PageAnswer, decision: "allow" | "deny"): Promise<PageAnswer> {
+        assert.equal(page.status, 200, page.text);
+        assert.match(page.text, /<form method="post" action="\/oidc\/consent">/);
+        const form: Record<string, string> = { decision };
+        for (const m of page.text.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
+          form[m[1] as string] = unescapeHtml(m[2] as string);
+        }
+        return b.send("POST", "/oidc/consent", { form });
+      }
+
       /** `/oidc/authorize` with a session: answers the code the redirect carries. */
       async function authorize(b: Browserless, p: Pkce, extra: Record<string, string> = {}): Promise<string> {
         const query = new URLSearchParams({
@@ -143,7 +154,9 @@ describe("OpenID provider and sign-in", () => {
           state: "st-1",
           ...extra,
         });
-        const answer = await b.get(`/oidc/authorize?${query}`);
+        let answer = await b.get(`/oidc/authorize?${query}`);
+        // A person's first sign-in to this client asks first (the consent tests look at the page).
+        if (answer.status === 200) answer = await answerConsent(b, answer, "allow");
         assert.equal(answer.status, 302, answer.text);
         const target = new URL(answer.location ?? "");
         assert.equal(`${target.origin}${target.pathname}`, REDIRECT_URI);
@@ -239,7 +252,10 @@ describe("OpenID provider and sign-in", () => {
         assert.ok(resumeAt.startsWith("/oidc/authorize?"), resumeAt);
         const signedIn = await signIn(b, email, signinPath, false);
         assert.equal(signedIn.location, resumeAt);
-        const resumed = await b.get(signedIn.location ?? "");
+        // The first sign-in to this service asks what it may receive; Allow goes on to the service.
+        const asked = await b.get(signedIn.location ?? "");
+        assert.match(asked.text, /Sign in to rp\.example\?/);
+        const resumed = await answerConsent(b, asked, "allow");
         assert.equal(resumed.status, 302, resumed.text);
         assert.equal(resumed.headers.get("cache-control"), "no-store");
         const callbackUrl = new URL(resumed.location ?? "");
@@ -300,6 +316,137 @@ describe("OpenID provider and sign-in", () => {
         const claims = decodeJwt(answer.json.id_token);
         assert.equal(claims.nonce, undefined);
         assert.equal(claims.aud, SERVICE_DID);
+      });
+
+      test("consent: the first sign-in asks; Deny is access_denied at the client; Allow is remembered; disconnect asks again", async () => {
+        const b = new Browserless(trustUrl);
+        const email = address("consent");
+        await signIn(b, email);
+        const p = await pkce();
+        const query = new URLSearchParams({
+          client_id: SERVICE_DID,
+          redirect_uri: REDIRECT_URI,
+          response_type: "code",
+          scope: "openid",
+          code_challenge: p.challenge,
+          code_challenge_method: "S256",
+          state: "st <&> 1",
+          nonce: "n-1",
+        });
+        const authorizeUrl = `/oidc/authorize?${query}`;
+        // prompt=none cannot ask: the client hears consent_required.
+        const silent = await b.get(`${authorizeUrl}&prompt=none`);
+        assert.equal(silent.status, 302, silent.text);
+        const silentBack = new URL(silent.location ?? "");
+        assert.equal(silentBack.searchParams.get("error"), "consent_required");
+        assert.equal(silentBack.searchParams.get("state"), "st <&> 1");
+
+        const asked = await b.get(authorizeUrl);
+        assert.equal(asked.status, 200, asked.text);
+        assert.match(asked.headers.get("content-type") ?? "", /^text\/html/);
+        assert.equal(asked.headers.get("cache-control"), "no-store");
+        assert.match(asked.text, /<h1>Sign in to rp\.example\?<\/h1>/);
+        assert.match(asked.text, /An identifier made for this service alone/);
+        assert.match(asked.text, /Your e-mail address, or how you are verified/);
+        assert.match(asked.text, /You return to<\/dt><dd><code title="[^"]+">127\.0\.0\.1:9<\/code>/);
+        assert.ok(!asked.text.includes(email), "the page does not suggest the address is shared");
+
+        // Deny: back to the registered redirect URI with access_denied and the state, no code.
+        const denied = await answerConsent(b, asked, "deny");
+        assert.equal(denied.status, 302, denied.text);
+        const deniedBack = new URL(denied.location ?? "");
+        assert.equal(`${deniedBack.origin}${deniedBack.pathname}`, REDIRECT_URI);
+        assert.equal(deniedBack.searchParams.get("error"), "access_denied");
+        assert.equal(deniedBack.searchParams.get("state"), "st <&> 1");
+        assert.equal(deniedBack.searchParams.get("code"), null);
+        // A Deny is not remembered: the next sign-in asks again, and nothing is listed.
+        assert.equal((await b.get(authorizeUrl)).status, 200);
+        assert.doesNotMatch((await b.get("/account")).text, /Disconnect/);
+
+        // Allow: a code, which redeems to an id_token for this person.
+        const allowed = await answerConsent(b, await b.get(authorizeUrl), "allow");
+        assert.equal(allowed.status, 302, allowed.text);
+        const code = new URL(allowed.location ?? "").searchParams.get("code");
+        assert.ok(code, allowed.location);
+        const tokens = await new Browserless(trustUrl).send("POST", "/oidc/token", {
+          form: tokenForm(code, p.verifier),
+        });
+        assert.equal(tokens.status, 200, tokens.text);
+        assert.equal(decodeJwt(tokens.json.id_token).nonce, "n-1");
+
+        // Remembered: the next authorization (and prompt=none) goes straight back with a code.
+        for (const target of [authorizeUrl, `${authorizeUrl}&prompt=none`]) {
+          const again = await b.get(target);
+          assert.equal(again.status, 302, again.text);
+          assert.ok(new URL(again.location ?? "").searchParams.get("code"), again.location);
+        }
+        // prompt=consent asks even so.
+        assert.equal((await b.get(`${authorizeUrl}&prompt=consent`)).status, 200);
+        // Remembered per client: the other client still asks.
+        const other = await b.get(
+          `/oidc/authorize?${new URLSearchParams({ ...Object.fromEntries(query), client_id: OTHER_CLIENT, redirect_uri: OTHER_REDIRECT })}`,
+        );
+        assert.equal(other.status, 200, other.text);
+        assert.match(other.text, /Sign in to other-rp\.example\?/);
+
+        // The account page lists the service; disconnecting it makes the next sign-in ask again.
+        const account = await b.get("/account");
+        assert.match(account.text, /<h2>Connected services<\/h2>/);
+        assert.match(account.text, /<strong title="did:web:rp\.example">rp\.example<\/strong>/);
+        const disconnected = await b.send("POST", "/account/connections/disconnect", {
+          form: { _csrf: field(account.text, "_csrf"), client_id: SERVICE_DID },
+        });
+        assert.equal(disconnected.status, 303, disconnected.text);
+        const after = await b.get(disconnected.location ?? "");
+        assert.match(after.text, /rp\.example is disconnected\./);
+        assert.doesNotMatch(after.text, /<strong title="did:web:rp\.example">/);
+        assert.equal((await b.get(authorizeUrl)).status, 200, "asked again after disconnecting");
+        // Disconnecting what is not connected is a page saying so.
+        const again = await b.send("POST", "/account/connections/disconnect", {
+          form: { _csrf: field(after.text, "_csrf"), client_id: SERVICE_DID },
+        });
+        assert.equal(again.status, 404, again.text);
+        assert.match(again.headers.get("content-type") ?? "", /^text\/html/);
+      });
+
+      test("consent form: no CSRF token, a tampered redirect_uri or an unknown decision are pages; signed out goes to sign-in", async () => {
+        const b = new Browserless(trustUrl);
+        await signIn(b, address("consent-form"));
+        const p = await pkce();
+        const params = {
+          client_id: SERVICE_DID,
+          redirect_uri: REDIRECT_URI,
+          response_type: "code",
+          scope: "openid",
+          code_challenge: p.challenge,
+          code_challenge_method: "S256",
+          state: "s",
+        };
+        const page = await b.get(`/oidc/authorize?${new URLSearchParams(params)}`);
+        const csrf = field(page.text, "_csrf");
+        for (const [what, form, status] of [
+          ["no CSRF token", { ...params, decision: "allow" }, 403],
+          ["a forged CSRF token", { ...params, decision: "allow", _csrf: "forged" }, 403],
+          [
+            "an unregistered redirect_uri",
+            { ...params, decision: "deny", _csrf: csrf, redirect_uri: "https://evil.example/cb" },
+            400,
+          ],
+          ["an unknown decision", { ...params, decision: "maybe", _csrf: csrf }, 400],
+        ] as const) {
+          const answer = await b.send("POST", "/oidc/consent", { form });
+          assert.equal(answer.status, status, `${what}: ${answer.text}`);
+          assert.match(answer.headers.get("content-type") ?? "", /^text\/html/, what);
+          assert.equal(answer.location, undefined, `${what}: no redirect`);
+        }
+        assert.equal((await b.get(`/oidc/authorize?${new URLSearchParams(params)}`)).status, 200, "nothing remembered");
+        const signedOut = new Browserless(trustUrl);
+        await signedOut.get("/signin");
+        const out = await signedOut.send("POST", "/oidc/consent", {
+          form: { ...params, decision: "allow", _csrf: field((await signedOut.get("/signin")).text, "_csrf") },
+        });
+        assert.equal(out.status, 303, out.text);
+        assert.ok(out.location?.startsWith("/signin?next=%2Foidc%2Fauthorize%3F"), out.location);
       });
 
       test("token requests: form and JSON bodies both work", async () => {

@@ -252,8 +252,15 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
     assert.equal(await page.locator("script").count(), 1);
 
     // Revoke: the binding leaves the page, and the agent's next mint is refused.
+    // It asks first (trust-consent.browser.test.ts looks at that page), then says it is done.
     await card.getByRole("button", { name: /^Revoke/ }).click();
+    await page.getByRole("heading", { name: "Revoke this agent?" }).waitFor();
+    await page.getByRole("button", { name: `Revoke ${HOSTILE_LABEL}` }).click();
     await page.waitForURL((url) => url.pathname === "/account");
+    await page
+      .getByRole("status")
+      .filter({ hasText: `Agent ${HOSTILE_LABEL} revoked.` })
+      .waitFor();
     await page.getByText("No agent is linked to your account.").waitFor();
     assert.equal(await page.getByRole("region", { name: HOSTILE_LABEL }).count(), 0);
     assertError(await h.mint(agent, AUD), 403, "binding_revoked");

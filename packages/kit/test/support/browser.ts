@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { field, link } from "@proto/testkit";
+import { field, link, unescapeHtml } from "@proto/testkit";
 import type { FastifyInstance } from "fastify";
 import type { Answer, TestAttestor } from "./attestor.js";
 
@@ -116,6 +116,10 @@ export class Browser {
   async follow(target: string, attestor: TestAttestor, email: string): Promise<PageAnswer> {
     let answer = await this.get(target);
     for (let hops = 0; hops < 12; hops++) {
+      // A person's first sign-in to a service at the attestor asks first: press Allow.
+      if (answer.status === 200 && answer.text.includes('action="/oidc/consent"')) {
+        answer = await this.#allow(answer, attestor);
+      }
       if (answer.status < 300 || answer.status >= 400 || answer.location === undefined) return answer;
       const next = new URL(answer.location);
       if (next.origin === attestor.url && next.pathname === "/signin") {
@@ -125,6 +129,15 @@ export class Browser {
       }
     }
     throw new Error("too many redirects");
+  }
+
+  /** Posts the consent page's form with Allow, as pressing the button does. */
+  async #allow(page: PageAnswer, attestor: TestAttestor): Promise<PageAnswer> {
+    const form: Record<string, string> = { decision: "allow" };
+    for (const m of page.text.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
+      form[m[1] as string] = unescapeHtml(m[2] as string);
+    }
+    return this.send("POST", `${attestor.url}/oidc/consent`, { form });
   }
 
   async #signInByEmail(signinUrl: string, attestor: TestAttestor, email: string): Promise<PageAnswer> {

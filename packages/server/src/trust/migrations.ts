@@ -122,6 +122,30 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0005_binding_services": bindingServices(engine),
     "0006_wba_directory": wbaDirectory(engine),
     "0007_mint_day": mintDay(engine),
+    "0008_oidc_consents": oidcConsents(engine),
+  };
+}
+
+/**
+ * A person's "Allow" for an OpenID client (`client_id`): while the row exists the provider signs
+ * them in to it without asking; disconnecting on `/account` deletes it, so the next sign-in asks
+ * again. `service_did` is kept so the account page can name the service without the client list.
+ */
+function oidcConsents(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql
+        .raw(`create table trust_oidc_consents (
+          human_id text not null references trust_humans (id),
+          client_id text not null,
+          service_did text not null,
+          granted_at ${bigint} not null,
+          last_used_at ${bigint} not null,
+          primary key (human_id, client_id)
+        )`)
+        .execute(db);
+    },
   };
 }
 
@@ -279,6 +303,13 @@ export interface HumanSideSchema {
     expires_at: number;
     used_at: number | null;
   };
+  trust_oidc_consents: {
+    human_id: string;
+    client_id: string;
+    service_did: string;
+    granted_at: number;
+    last_used_at: number;
+  };
   trust_upstream_states: {
     state_hash: string;
     nonce: string;
@@ -293,6 +324,7 @@ export type SigningKeyRow = TrustSchema["trust_signing_keys"];
 export type BindingRow = TrustSchema["trust_bindings"];
 export type LinkRequestRow = TrustSchema["trust_link_requests"];
 export type BindingServiceRow = TrustSchema["trust_binding_services"];
+export type OidcConsentRow = TrustSchema["trust_oidc_consents"];
 
 /**
  * Payment verification attempts: the opaque reference the provider sees instead of the human id,

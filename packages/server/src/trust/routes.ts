@@ -70,12 +70,19 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
     "GET /.well-known/openid-configuration": { summary: "OpenID provider configuration", tags: ["openid"] },
     "GET /oidc/authorize": {
       summary: "Start sign-in (authorization code with PKCE S256)",
-      description: "Without a session the person signs in first; then the browser returns to redirect_uri with a code.",
+      description:
+        "Without a session the person signs in first. On their first sign-in to this client a consent page asks (Allow / Deny, answered by POST /oidc/consent); once allowed, the browser returns to redirect_uri with a code at once.",
       tags: ["openid"],
     },
     "POST /oidc/token": {
       summary: "Exchange an authorization code for an id_token",
       description: "Form-encoded or JSON: grant_type, code, code_verifier, client_id, redirect_uri.",
+      tags: ["openid"],
+    },
+    "POST /oidc/consent": {
+      summary: "Answer the consent page (form)",
+      description:
+        "Form fields `_csrf`, `decision` (`allow` or `deny`) and the authorization request's own parameters. Allow is remembered per (person, client) and returns to redirect_uri with a code; deny returns `error=access_denied` (with `state`). Until the person allows a client, `/oidc/authorize` shows the consent page (`prompt=none`: `consent_required`).",
       tags: ["openid"],
     },
     "GET /oidc/token": { summary: "Not allowed: the token endpoint takes POST", tags: ["openid"] },
@@ -96,6 +103,23 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
       summary: "Restore a suspended service of one agent (form)",
       description:
         "Form fields `_csrf` and `aud`. The agent's mint for that `aud` works again. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
+      tags: ["pages"],
+    },
+    "GET /account/bindings/:id/revoke": {
+      summary: "Ask before revoking one agent (page)",
+      description: "Says what revoking does and carries the form that does it.",
+      tags: ["pages"],
+    },
+    "POST /account/bindings/:id/revoke": {
+      summary: "Revoke one agent (form)",
+      description:
+        "Form field `_csrf`. The binding is revoked at once. Refused (403) from another origin. Answers 303 to `/account` with the notice `Agent <label> revoked`.",
+      tags: ["pages"],
+    },
+    "POST /account/connections/disconnect": {
+      summary: "Disconnect a service that signs the person in (form)",
+      description:
+        "Form fields `_csrf` and `client_id`. Forgets the person's consent for that OpenID client: its next sign-in asks again. Refused (403) from another origin. Answers 303 to `/account` with a notice.",
       tags: ["pages"],
     },
     "POST /account/bindings/:id/wba/publish": {

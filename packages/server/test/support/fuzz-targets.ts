@@ -319,6 +319,7 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
         code: ["a-code"],
         code_verifier: ["dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"],
         session_id: ["cs_fuzz_1"],
+        decision: ["allow", "deny"],
       },
       examples: {
         "POST /v1/link/start": {
@@ -352,6 +353,20 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
             code_challenge_method: "S256",
           },
         },
+        "POST /oidc/consent": {
+          body: {
+            _csrf: session.csrf,
+            decision: "deny",
+            client_id: OIDC_CLIENT,
+            redirect_uri: OIDC_REDIRECT,
+            response_type: "code",
+            scope: "openid",
+            state: "state-1",
+            code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+            code_challenge_method: "S256",
+          },
+        },
+        "POST /account/connections/disconnect": { body: { _csrf: session.csrf, client_id: OIDC_CLIENT } },
         "POST /oidc/token": {
           encoding: "form",
           body: {

@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
+import fastifyCsrf from "@fastify/csrf-protection";
 import fastifyFormbody from "@fastify/formbody";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { SignJWT } from "jose";
@@ -9,9 +10,11 @@ import { clientProblem } from "../../platform/page-errors.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
+import { sendConsentPage } from "../web/consent.js";
 import { sendMessage } from "../web/layout.js";
 import type { SessionManager } from "../web/session.js";
 import type { OidcClient } from "./clients.js";
+import * as consents from "./consents.js";
 
 export const CODE_TTL_SECONDS = 120;
 export const ID_TOKEN_TTL_SECONDS = 300;
@@ -44,6 +47,9 @@ export function openidConfiguration(trustUrl: string) {
   };
 }
 
+/** The provider's routes that a person's browser shows: their mistakes are pages. */
+const PAGE_ROUTES = new Set(["/oidc/authorize", "/oidc/consent"]);
+
 class OAuthError extends Error {
   constructor(
     readonly error: string,
@@ -67,6 +73,35 @@ interface AuthorizeQuery {
   max_age?: string;
 }
 
+/** An authorization request that passed every check. */
+interface CheckedRequest {
+  client: OidcClient;
+  redirectUri: string;
+  state: string | undefined;
+  codeChallenge: string;
+  nonce: string | undefined;
+  scope: string;
+}
+
+const shortField = { type: "string", maxLength: 2048 } as const;
+/** The consent form: the authorization request's fields, the CSRF token and the answer. */
+const consentForm = {
+  type: "object",
+  properties: {
+    _csrf: { type: "string", maxLength: 256 },
+    decision: { type: "string", enum: ["allow", "deny"] },
+    client_id: shortField,
+    redirect_uri: shortField,
+    response_type: shortField,
+    scope: shortField,
+    code_challenge: shortField,
+    code_challenge_method: shortField,
+    state: shortField,
+    nonce: shortField,
+  },
+  required: ["decision"],
+} as const;
+
 type TokenBody = Partial<Record<"grant_type" | "code" | "code_verifier" | "client_id" | "redirect_uri", unknown>>;
 
 function s256(verifier: string): string {
@@ -88,6 +123,13 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   // Token requests are form-encoded (RFC 6749 §4.1.3), which is what relying-party libraries send;
   // the human pages' form parser lives in their own scope, so this scope needs its own.
   await app.register(fastifyFormbody, { bodyLimit: 64 * 1024 });
+  // The consent form is protected like the pages' forms (web/plugin.ts): the same secret cookie,
+  // so a token made by either scope is valid in the other.
+  await app.register(fastifyCsrf, {
+    cookieKey: sessions.csrfCookieName,
+    cookieOpts: { path: "/", sameSite: "lax", httpOnly: true, secure: sessions.secure, signed: false },
+    getToken: (request) => (request.body as { _csrf?: string } | undefined)?._csrf,
+  });
 
   app.get("/.well-known/openid-configuration", async (_request, reply) =>
     reply
@@ -118,7 +160,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         .send({ error: "temporarily_unavailable", error_description: outage.message });
     }
     const problem = clientProblem(error);
-    if (problem !== undefined && request.routeOptions.url === "/oidc/authorize") {
+    if (problem !== undefined && PAGE_ROUTES.has(request.routeOptions.url ?? "")) {
       return sendMessage(reply, problem.status, problem.title, problem.message);
     }
     if (problem !== undefined) {
@@ -129,10 +171,13 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     return reply.code(500).send({ error: "server_error", error_description: "an unexpected error occurred" });
   });
 
-  app.get<{ Querystring: AuthorizeQuery }>("/oidc/authorize", async (request, reply) => {
-    const q = request.query;
+  /**
+   * Checks an authorization request. A request that names no registered client and redirect URI
+   * is answered with a page (there is nowhere safe to send it); any other mistake goes back to
+   * the client as an OAuth error.
+   */
+  function checkRequest(q: AuthorizeQuery, reply: FastifyReply): CheckedRequest | FastifyReply {
     const client = typeof q.client_id === "string" ? clients.get(q.client_id) : undefined;
-    // Without a registered client and an exact redirect URI there is nowhere safe to send an error.
     if (client === undefined) {
       return sendMessage(reply, 400, "Unknown application", "The application that sent you here is not registered.");
     }
@@ -160,31 +205,21 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     if (q.nonce !== undefined && (typeof q.nonce !== "string" || q.nonce.length > 1024)) {
       return fail("invalid_request", "nonce is too long");
     }
-    const session = await sessions.current(request);
-    const maxAge = q.max_age === undefined ? undefined : Number(q.max_age);
-    const stale =
-      session !== undefined &&
-      maxAge !== undefined &&
-      Number.isFinite(maxAge) &&
-      clock.now() - session.authAt > maxAge * 1000;
-    if (session === undefined || stale || q.prompt === "login") {
-      if (q.prompt === "none") return fail("login_required", "the person is not signed in");
-      // Resume here after sign-in; `prompt=login` is dropped so the fresh session is accepted.
-      const resume = new URLSearchParams(request.query as Record<string, string>);
-      resume.delete("prompt");
-      if (session !== undefined) await sessions.signOut(request, reply);
-      return reply.redirect(`/signin?next=${encodeURIComponent(`/oidc/authorize?${resume.toString()}`)}`, 303);
-    }
+    return { client, redirectUri, state, codeChallenge: q.code_challenge, nonce: q.nonce, scope: q.scope };
+  }
+
+  /** Issues a code for the signed-in person and sends the browser back to the client with it. */
+  async function issueCode(reply: FastifyReply, checked: CheckedRequest, session: { humanId: string; authAt: number }) {
     const code = randomToken("", 32);
     const now = clock.now();
     await db
       .insertInto("trust_oidc_codes")
       .values({
         code_hash: hashToken(code),
-        client_id: client.client_id,
-        redirect_uri: redirectUri,
-        code_challenge: q.code_challenge,
-        nonce: q.nonce ?? null,
+        client_id: checked.client.client_id,
+        redirect_uri: checked.redirectUri,
+        code_challenge: checked.codeChallenge,
+        nonce: checked.nonce ?? null,
         human_id: session.humanId,
         auth_at: session.authAt,
         created_at: now,
@@ -192,8 +227,95 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         used_at: null,
       })
       .execute();
-    return redirectWith(reply, redirectUri, { code, state });
+    return redirectWith(reply, checked.redirectUri, { code, state: checked.state });
+  }
+
+  /** The request's own parameters, carried through the consent form unchanged. */
+  function carried(checked: CheckedRequest): Record<string, string> {
+    const fields: Record<string, string | undefined> = {
+      client_id: checked.client.client_id,
+      redirect_uri: checked.redirectUri,
+      response_type: "code",
+      scope: checked.scope,
+      code_challenge: checked.codeChallenge,
+      code_challenge_method: "S256",
+      state: checked.state,
+      nonce: checked.nonce,
+    };
+    return Object.fromEntries(Object.entries(fields).filter((e): e is [string, string] => e[1] !== undefined));
+  }
+
+  app.get<{ Querystring: AuthorizeQuery }>("/oidc/authorize", async (request, reply) => {
+    const q = request.query;
+    const checked = checkRequest(q, reply);
+    if (!("client" in checked)) return checked;
+    const fail = (error: string, description: string) =>
+      redirectWith(reply, checked.redirectUri, { error, error_description: description, state: checked.state });
+    const session = await sessions.current(request);
+    const maxAge = q.max_age === undefined ? undefined : Number(q.max_age);
+    const stale =
+      session !== undefined &&
+      maxAge !== undefined &&
+      Number.isFinite(maxAge) &&
+      clock.now() - session.authAt > maxAge * 1000;
+    const prompts = typeof q.prompt === "string" ? q.prompt.split(" ") : [];
+    if (session === undefined || stale || prompts.includes("login")) {
+      if (prompts.includes("none")) return fail("login_required", "the person is not signed in");
+      // Resume here after sign-in; `prompt=login` is dropped so the fresh session is accepted.
+      const resume = new URLSearchParams(request.query as Record<string, string>);
+      resume.delete("prompt");
+      if (session !== undefined) await sessions.signOut(request, reply);
+      return reply.redirect(`/signin?next=${encodeURIComponent(`/oidc/authorize?${resume.toString()}`)}`, 303);
+    }
+    const allowed = await consents.hasConsent(db, session.humanId, checked.client.client_id);
+    if (allowed && !prompts.includes("consent")) {
+      await consents.touchConsent(db, session.humanId, checked.client.client_id, clock.now());
+      return issueCode(reply, checked, session);
+    }
+    if (prompts.includes("none")) return fail("consent_required", "the person has not allowed this client yet");
+    return sendConsentPage(reply, {
+      csrf: reply.generateCsrf(),
+      serviceDid: checked.client.service_did,
+      pseudonym: service.pseudonym(session.humanId, checked.client.service_did),
+      redirectUri: checked.redirectUri,
+      request: carried(checked),
+    });
   });
+
+  // The consent page's answer. The request is checked again (the form is the person's browser
+  // talking, and a registered redirect URI is the only place an answer may go).
+  app.post<{ Body: AuthorizeQuery & { decision?: string } }>(
+    "/oidc/consent",
+    {
+      schema: { body: consentForm, consumes: ["application/x-www-form-urlencoded"] },
+      preHandler: app.csrfProtection,
+    },
+    async (request, reply) => {
+      const checked = checkRequest(request.body, reply);
+      if (!("client" in checked)) return checked;
+      const session = await sessions.current(request);
+      if (session === undefined) {
+        const resume = new URLSearchParams(carried(checked));
+        return reply.redirect(`/signin?next=${encodeURIComponent(`/oidc/authorize?${resume.toString()}`)}`, 303);
+      }
+      if (request.body.decision !== "allow") {
+        // RFC 6749 §4.1.2.1: the resource owner denied the request.
+        return redirectWith(reply, checked.redirectUri, {
+          error: "access_denied",
+          error_description: "the person did not allow the sign-in",
+          state: checked.state,
+        });
+      }
+      await consents.grantConsent(
+        db,
+        session.humanId,
+        checked.client.client_id,
+        checked.client.service_did,
+        clock.now(),
+      );
+      return issueCode(reply, checked, session);
+    },
+  );
 
   app.post<{ Body: TokenBody }>("/oidc/token", async (request: FastifyRequest<{ Body: TokenBody }>, reply) => {
     reply.header("cache-control", "no-store").header("pragma", "no-cache");

@@ -3,7 +3,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ApiError } from "../../platform/errors.js";
 import { html, type SafeHtml } from "../../platform/html.js";
 import { SINGLE_LINE } from "../../platform/input-rules.js";
-import type { BindingRow, BindingServiceRow } from "../migrations.js";
+import type { BindingRow, BindingServiceRow, OidcConsentRow } from "../migrations.js";
+import * as consents from "../oidc/consents.js";
 import type { TrustService } from "../service.js";
 import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
 import { sendMessage, sendPage } from "./layout.js";
@@ -26,7 +27,9 @@ type WbaAction = "publish" | "unpublish";
 /** The notice the account page shows after a button was pressed (`?done=...`). */
 type Done =
   | { kind: "service"; action: ServiceAction; binding: string; aud: string }
-  | { kind: "wba"; action: WbaAction; binding: string };
+  | { kind: "wba"; action: WbaAction; binding: string }
+  | { kind: "revoked"; binding: string }
+  | { kind: "disconnected"; client: string; service: string };
 
 /** What a card needs to say about Web Bot Auth: the directory's URL, the host it names, the time. */
 interface WbaView {
@@ -41,6 +44,15 @@ const serviceForm = {
   properties: {
     _csrf: { type: "string", maxLength: 256 },
     aud: { type: "string", minLength: 1, maxLength: 2048, pattern: SINGLE_LINE },
+  },
+} as const;
+
+const connectionForm = {
+  type: "object",
+  required: ["client_id"],
+  properties: {
+    _csrf: { type: "string", maxLength: 256 },
+    client_id: { type: "string", minLength: 1, maxLength: 512, pattern: SINGLE_LINE },
   },
 } as const;
 
@@ -130,14 +142,46 @@ function wbaPart(b: BindingRow, wba: WbaView, csrf: string): SafeHtml {
   ${button}`;
 }
 
+/** The services the person signs in to with this account, each with its Disconnect button. */
+function connectedServices(connected: OidcConsentRow[], csrf: string): SafeHtml {
+  if (connected.length === 0) {
+    return html`<p class="muted">No service signs you in with this account yet.</p>`;
+  }
+  return html`<p class="muted">These services may sign you in with this account without asking. Disconnecting one makes its next sign-in ask you again; what it already knows stays with it.</p>
+  <ul class="services" aria-label="Connected services">${connected.map(
+    (c) => html`<li class="service">
+    <div><strong title="${c.service_did}">${serviceName(c.service_did)}</strong></div>
+    <div><code>${c.service_did}</code></div>
+    <div class="muted">Allowed ${date(c.granted_at)}</div>
+    <div class="muted">Last sign-in ${date(c.last_used_at)}</div>
+    <form method="post" action="/account/connections/disconnect">
+      <input type="hidden" name="_csrf" value="${csrf}">
+      <input type="hidden" name="client_id" value="${c.client_id}">
+      <button class="secondary" type="submit">Disconnect<span class="visually-hidden"> ${serviceName(c.service_did)}</span></button>
+    </form>
+  </li>`,
+  )}</ul>`;
+}
+
 /** The outcome of the last button pressed, when the page was reached after one. */
 function doneNotice(
   done: Done | undefined,
   bindings: BindingRow[],
   services: Map<string, { rows: BindingServiceRow[] }>,
   wba: WbaView,
+  connected: OidcConsentRow[],
 ): SafeHtml | string {
   if (done === undefined) return "";
+  if (done.kind === "disconnected") {
+    // Said only while it is true: after the next "Allow" the service is connected again.
+    if (connected.some((c) => c.client_id === done.client)) return "";
+    return html`<p class="notice" role="status"><strong>${serviceName(done.service)} is disconnected.</strong> If it asks to sign you in again, you will be asked first.</p>`;
+  }
+  if (done.kind === "revoked") {
+    const revoked = bindings.find((b) => b.id === done.binding && b.revoked_at !== null);
+    if (revoked === undefined) return "";
+    return html`<p class="notice" role="status"><strong>Agent ${agentName(revoked)} revoked.</strong> It can no longer get attestations for you; those already issued expire within 15 minutes.</p>`;
+  }
   const binding = bindings.find((b) => b.id === done.binding && b.revoked_at === null);
   if (done.kind === "wba") {
     // Said only when it is still true, as for services below.
@@ -158,8 +202,12 @@ function doneNotice(
 }
 
 function readDone(query: unknown): Done | undefined {
-  const { done, binding, aud } = (query ?? {}) as Record<string, unknown>;
+  const { done, binding, aud, client, service } = (query ?? {}) as Record<string, unknown>;
+  if (done === "disconnected" && typeof client === "string" && typeof service === "string") {
+    return { kind: "disconnected", client, service };
+  }
   if (typeof binding !== "string") return undefined;
+  if (done === "revoked") return { kind: "revoked", binding };
   if (done === "published" || done === "unpublished") {
     return { kind: "wba", action: done === "published" ? "publish" : "unpublish", binding };
   }
@@ -177,6 +225,7 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
     const session = await sessions.current(request);
     if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
     const { verifications, bindings, services, now } = await service.accountOf(session.humanId);
+    const connected = await consents.consentsOf(service.database.db, session.humanId);
     const csrf = reply.generateCsrf();
     const live = bindings.filter((b) => b.revoked_at === null);
     const wba: WbaView = { url: wbaUrl, host: wbaHost, now };
@@ -184,7 +233,7 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
       title: "Your account",
       signedIn: { csrf },
       body: html`<h1>Your account</h1>
-${doneNotice(readDone(request.query), bindings, services, wba)}
+${doneNotice(readDone(request.query), bindings, services, wba, connected)}
 <h2>Verification</h2>
 ${
   verifications.length === 0
@@ -211,30 +260,94 @@ ${
   <h3>Services</h3>
   ${servicesOf(b, services.get(b.id), csrf)}
   ${wbaPart(b, wba, csrf)}
-  <form method="post" action="/account/bindings/${b.id}/revoke" class="card-end">
-    <input type="hidden" name="_csrf" value="${csrf}">
+  <form method="get" action="/account/bindings/${b.id}/revoke" class="card-end">
     <button class="danger" type="submit">Revoke<span class="visually-hidden"> ${b.agent_label ?? b.agent_did}</span></button>
   </form>
 </section>`,
       )
 }
+<h2>Connected services</h2>
+${connectedServices(connected, csrf)}
 <h2>Session</h2>
 <form method="post" action="/signout"><input type="hidden" name="_csrf" value="${csrf}"><button class="secondary" type="submit">Sign out</button></form>`,
     });
   });
 
+  // Revoking cannot be undone, so the button on the account page asks first: this page, reached
+  // by a plain GET form, says what revoking does and carries the POST that does it.
+  app.get<{ Params: { id: string } }>("/account/bindings/:id/revoke", async (request, reply) => {
+    const session = await sessions.current(request);
+    if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+    const { bindings } = await service.accountOf(session.humanId);
+    const b = bindings.find((row) => row.id === request.params.id && row.revoked_at === null);
+    if (b === undefined) return unknownAgent(reply);
+    const csrf = reply.generateCsrf();
+    return sendPage(reply, {
+      title: `Revoke ${agentName(b)}?`,
+      signedIn: { csrf },
+      body: html`<h1>Revoke this agent?</h1>
+<dl class="card">
+  <dt>Agent</dt><dd>${b.agent_label ?? html`<span class="muted">(no name given)</span>`}</dd>
+  <dt>DID</dt><dd><code title="${b.agent_did}">${shortenDid(b.agent_did)}</code></dd>
+  <dt>Linked</dt><dd>${date(b.created_at)}</dd>
+</dl>
+<p>Once revoked, it can no longer get attestations for you, for any service. Attestations already issued stay valid until they expire (at most 15 minutes).</p>
+<p>This cannot be undone: to use this agent again, link it again from the agent.</p>
+<div class="actions">
+  <form method="post" action="/account/bindings/${b.id}/revoke">
+    <input type="hidden" name="_csrf" value="${csrf}">
+    <button class="danger" type="submit">Revoke ${agentName(b)}</button>
+  </form>
+  <form method="get" action="/account"><button class="secondary" type="submit">Cancel</button></form>
+</div>`,
+    });
+  });
+
   app.post<{ Params: { id: string } }>(
     "/account/bindings/:id/revoke",
-    { preHandler: app.csrfProtection },
+    {
+      schema: { body: csrfOnlyForm, consumes: ["application/x-www-form-urlencoded"] },
+      preHandler: app.csrfProtection,
+    },
     async (request, reply) => {
+      const refused = crossOrigin(request, reply, publicOrigin);
+      if (refused !== undefined) return refused;
       const session = await sessions.current(request);
       if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
       try {
         await service.revokeBinding(request.params.id, session.humanId);
-      } catch {
-        return sendMessage(reply, 404, "Unknown agent link", "That link does not exist or is not yours.");
+      } catch (error) {
+        if (!(error instanceof ApiError) || error.status >= 500) throw error;
+        return unknownAgent(reply);
       }
-      return reply.redirect("/account", 303);
+      return reply.redirect(`/account?${new URLSearchParams({ done: "revoked", binding: request.params.id })}`, 303);
+    },
+  );
+
+  app.post<{ Body: { client_id: string } }>(
+    "/account/connections/disconnect",
+    {
+      schema: { body: connectionForm, consumes: ["application/x-www-form-urlencoded"] },
+      preHandler: app.csrfProtection,
+    },
+    async (request, reply) => {
+      const refused = crossOrigin(request, reply, publicOrigin);
+      if (refused !== undefined) return refused;
+      const session = await sessions.current(request);
+      if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+      const clientId = request.body.client_id;
+      const serviceDid = await consents.withdrawConsent(service.database.db, session.humanId, clientId);
+      if (serviceDid === undefined) {
+        return sendMessage(
+          reply,
+          404,
+          "Unknown service",
+          "That service is not connected to your account.",
+          html`<p><a class="button" href="/account">Go to your account</a></p>`,
+        );
+      }
+      const query = new URLSearchParams({ done: "disconnected", client: clientId, service: serviceDid });
+      return reply.redirect(`/account?${query}`, 303);
     },
   );
 
@@ -314,6 +427,16 @@ ${
       },
     );
   }
+}
+
+function unknownAgent(reply: FastifyReply): FastifyReply {
+  return sendMessage(
+    reply,
+    404,
+    "Unknown agent link",
+    "That link does not exist, is not yours, or was already revoked.",
+    html`<p><a class="button" href="/account">Go to your account</a></p>`,
+  );
 }
 
 /**

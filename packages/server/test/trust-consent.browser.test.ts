@@ -1,0 +1,278 @@
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { launchChromium } from "@proto/testkit";
+import { decodeJwt } from "jose";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { inPage } from "./support/page-checks.js";
+import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
+import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
+import {
+  assertError,
+  freePort,
+  newAgent,
+  RELAXED_RATE_LIMITS,
+  startTrustHarness,
+  type TrustHarness,
+} from "./support/trust.js";
+
+/**
+ * Issue 17 (items 3 and 4) in a real browser: the consent page of the OpenID provider (Allow,
+ * Deny, remembered, disconnected on /account) and the account page's Revoke, which asks first
+ * and then says what it did. Screenshots at desktop and phone width (375 px) go to
+ * `PROTO_SCREENSHOT_DIR` when set.
+ */
+
+reportSkippedVariants();
+
+const SHOP = "did:web:shop.example";
+const MAIL_FROM = "proto trust <signin@trust.test>";
+const LABEL = "Ada's travel agent";
+
+const launched = await launchChromium();
+if (launched.skip !== undefined) process.stdout.write(`# browser tests skipped: ${launched.skip}\n`);
+
+/** The relying party's callback: a loopback page that records what the provider sent back. */
+async function startRelyingParty(): Promise<{ server: Server; url: string; hits: URL[] }> {
+  const hits: URL[] = [];
+  const server = createServer((request, response) => {
+    hits.push(new URL(request.url ?? "/", "http://127.0.0.1"));
+    response.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+    response.end("<!doctype html><title>Shop</title><p>Back at the shop.</p>");
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  if (address === null || typeof address === "string") throw new Error("no address");
+  return { server, url: `http://127.0.0.1:${address.port}/callback`, hits };
+}
+
+const VIEWPORTS = [
+  { name: "desktop", width: 1280, height: 800 },
+  { name: "phone", width: 375, height: 740 },
+] as const;
+
+describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_000 }, () => {
+  const browser = launched.browser as Browser;
+  const shotRoot = process.env.PROTO_SCREENSHOT_DIR ?? mkdtempSync(join(tmpdir(), "proto-consent-"));
+  after(async () => {
+    if (process.env.PROTO_SCREENSHOT_DIR === undefined) rmSync(shotRoot, { recursive: true, force: true });
+    await browser.close();
+  });
+
+  for (const variant of STORE_VARIANTS) {
+    describe(`(${variant.name})`, () => {
+      let h: TrustHarness;
+      let smtp: SmtpCollector;
+      let rp: Awaited<ReturnType<typeof startRelyingParty>>;
+      let origin: string;
+      let context: BrowserContext;
+      let page: Page;
+      const email = `ada-${Math.random().toString(36).slice(2)}@mail.test`;
+      const cspViolations: string[] = [];
+      const shotDir = join(shotRoot, variant.name);
+
+      /** Nothing wider than the screen at either width; a full-page screenshot of each. */
+      async function look(name: string): Promise<void> {
+        mkdirSync(shotDir, { recursive: true });
+        for (const viewport of VIEWPORTS) {
+          await page.setViewportSize({ width: viewport.width, height: viewport.height });
+          const widths = await inPage<{ scroll: number; client: number }>(
+            page,
+            "({ scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth })",
+          );
+          assert.ok(widths.scroll <= widths.client, `${name} at ${viewport.width}px: ${widths.scroll} wide`);
+          await page.screenshot({ path: join(shotDir, `${name}-${viewport.name}.png`), fullPage: true });
+        }
+        await page.setViewportSize(VIEWPORTS[0]);
+      }
+
+      /** An authorization request as a relying party builds it, with a fresh PKCE pair and state. */
+      function authorizeUrl() {
+        const verifier = randomBytes(32).toString("base64url");
+        const state = randomBytes(8).toString("hex");
+        const query = new URLSearchParams({
+          client_id: SHOP,
+          redirect_uri: rp.url,
+          response_type: "code",
+          scope: "openid",
+          code_challenge: createHash("sha256").update(verifier).digest("base64url"),
+          code_challenge_method: "S256",
+          state,
+          nonce: "n-1",
+        });
+        return { url: `${origin}/oidc/authorize?${query}`, verifier, state };
+      }
+
+      /** Waits for the browser to land at the relying party's callback, and answers its query. */
+      async function landedAtShop(): Promise<URLSearchParams> {
+        await page.waitForURL((url) => url.href.startsWith(rp.url));
+        assert.equal(await page.locator("p").innerText(), "Back at the shop.");
+        return new URL(page.url()).searchParams;
+      }
+
+      before(async () => {
+        smtp = await startSmtpCollector();
+        rp = await startRelyingParty();
+        const port = await freePort();
+        origin = `http://127.0.0.1:${port}`;
+        h = await startTrustHarness(variant, {
+          port,
+          env: {
+            TRUST_PUBLIC_URL: origin,
+            SMTP_URL: smtp.url,
+            MAIL_FROM,
+            TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
+            TRUST_OIDC_CLIENTS: JSON.stringify([{ client_id: SHOP, service_did: SHOP, redirect_uris: [rp.url] }]),
+          },
+        });
+        context = await browser.newContext({ viewport: VIEWPORTS[0] });
+        context.on("console", (message) => {
+          if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
+        });
+        page = await context.newPage();
+      });
+
+      after(async () => {
+        await context?.close();
+        await h?.close();
+        await smtp?.close();
+        await new Promise<void>((resolve) => (rp ? rp.server.close(() => resolve()) : resolve()));
+      });
+
+      test("consent: sign in, Deny goes back with access_denied, Allow is remembered, Disconnect asks again", async () => {
+        // Not signed in: sign in first, then the request resumes on the consent page.
+        const first = authorizeUrl();
+        await page.goto(first.url);
+        await page.waitForURL((url) => url.pathname === "/signin");
+        await page.getByLabel("E-mail address").fill(email);
+        await page.getByRole("button", { name: "E-mail me a sign-in link" }).click();
+        await page.getByRole("heading", { name: "Check your e-mail" }).waitFor();
+        await page.goto(magicLinkOf(await smtp.nextMailTo(email)));
+        await page.getByRole("button", { name: "Sign in" }).click();
+
+        await page.getByRole("heading", { name: "Sign in to shop.example?" }).waitFor();
+        const main = page.locator("main");
+        const text = await main.innerText();
+        assert.match(text, /shop\.example will receive/);
+        assert.match(text, /An identifier made for this service alone/);
+        assert.match(text, /It will not receive\s+Your e-mail address, or how you are verified\./);
+        assert.ok(!text.includes(email), "the address is not on the page that says it is not shared");
+        assert.match(text, /You return to\s+127\.0\.0\.1:\d+/);
+        assert.equal(await page.title(), "Sign in to shop.example? · proto trust");
+        await look("consent");
+
+        // Deny: the shop hears access_denied with its state, and gets no code.
+        await page.getByRole("button", { name: "Deny" }).click();
+        const denied = await landedAtShop();
+        assert.equal(denied.get("error"), "access_denied");
+        assert.equal(denied.get("state"), first.state);
+        assert.equal(denied.get("code"), null);
+
+        // A Deny is not remembered: the next sign-in asks again. Allow (by keyboard) goes on.
+        const second = authorizeUrl();
+        await page.goto(second.url);
+        await page.getByRole("heading", { name: "Sign in to shop.example?" }).waitFor();
+        await page.getByRole("button", { name: "Allow" }).focus();
+        await page.keyboard.press("Enter");
+        const allowed = await landedAtShop();
+        assert.equal(allowed.get("state"), second.state);
+        const code = allowed.get("code");
+        assert.ok(code, page.url());
+        const tokens = await fetch(`${origin}/oidc/token`, {
+          method: "POST",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({
+            grant_type: "authorization_code",
+            code,
+            code_verifier: second.verifier,
+            client_id: SHOP,
+            redirect_uri: rp.url,
+          }),
+        });
+        assert.equal(tokens.status, 200);
+        const claims = decodeJwt(((await tokens.json()) as { id_token: string }).id_token);
+        assert.equal(claims.aud, SHOP);
+
+        // Remembered: the next sign-in goes straight back to the shop with a code.
+        const third = authorizeUrl();
+        await page.goto(third.url);
+        const straight = await landedAtShop();
+        assert.ok(straight.get("code"));
+        assert.equal(straight.get("state"), third.state);
+
+        // The account page lists the shop among connected services.
+        await page.goto(`${origin}/account`);
+        const connected = page.getByRole("list", { name: "Connected services" });
+        await connected.waitFor();
+        assert.match(
+          await connected.innerText(),
+          /shop\.example\s+did:web:shop\.example\s+Allowed \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC\s+Last sign-in \d{4}/,
+        );
+        await look("account-connected");
+
+        // Disconnect: a notice, the shop leaves the list, and its next sign-in asks again.
+        await connected.getByRole("button", { name: "Disconnect shop.example" }).click();
+        await page.waitForURL((url) => url.pathname === "/account");
+        const notice = page.getByRole("status");
+        assert.match(
+          await notice.innerText(),
+          /^shop\.example is disconnected\. If it asks to sign you in again, you will be asked first\./,
+        );
+        assert.equal(await page.getByRole("list", { name: "Connected services" }).count(), 0);
+        await page.getByText("No service signs you in with this account yet.").waitFor();
+        await look("account-disconnected");
+        await page.goto(authorizeUrl().url);
+        await page.getByRole("heading", { name: "Sign in to shop.example?" }).waitFor();
+        assert.deepEqual(cspViolations, []);
+      });
+
+      test("revoke asks first (Cancel keeps the agent), then says 'Agent <label> revoked'", async () => {
+        const agent = newAgent();
+        const started = await h.startLink(agent, { agent_label: LABEL });
+        assert.equal(started.status, 200, started.text);
+        // The person confirms the link on its page, signed in as in the story above.
+        await page.goto(started.json.link_url);
+        await page.getByRole("button", { name: "Confirm" }).click();
+        await page.getByRole("heading", { name: "Agent linked" }).waitFor();
+        assert.equal((await h.poll(agent, started.json.req_id)).status, 200);
+        assert.equal((await h.mint(agent, SHOP)).status, 200);
+
+        await page.goto(`${origin}/account`);
+        const card = page.getByRole("region", { name: LABEL });
+        await card.getByRole("button", { name: `Revoke ${LABEL}` }).click();
+        // The question: nothing is revoked yet.
+        await page.getByRole("heading", { name: "Revoke this agent?" }).waitFor();
+        assert.equal(await page.locator('dt:text-is("Agent") + dd').innerText(), LABEL);
+        assert.match(await page.locator("main").innerText(), /This cannot be undone/);
+        assert.equal((await h.mint(agent, SHOP)).status, 200, "asking revokes nothing");
+        await look("revoke-confirm");
+
+        // Cancel goes back with the agent still there.
+        await page.getByRole("button", { name: "Cancel" }).click();
+        await page.waitForURL((url) => url.pathname === "/account");
+        await card.waitFor();
+        assert.equal(await page.getByRole("status").count(), 0);
+
+        // Revoke, confirmed: the notice names the agent, the card is gone, the mint is refused.
+        await card.getByRole("button", { name: `Revoke ${LABEL}` }).click();
+        await page.getByRole("button", { name: `Revoke ${LABEL}` }).click();
+        await page.waitForURL((url) => url.pathname === "/account");
+        assert.match(await page.getByRole("status").innerText(), new RegExp(`^Agent ${LABEL} revoked\\.`));
+        assert.equal(await page.getByRole("region", { name: LABEL }).count(), 0);
+        assertError(await h.mint(agent, SHOP), 403, "binding_revoked");
+        await look("account-revoked");
+
+        // The revoke page of a link that is not the person's (here: no link at all) is a 404 page.
+        const revokePath = `/account/bindings/${started.json.req_id}/revoke`;
+        const unknown = await page.goto(`${origin}${revokePath}`);
+        assert.equal(unknown?.status(), 404);
+        await page.getByRole("heading", { name: "Unknown agent link" }).waitFor();
+        assert.deepEqual(cspViolations, []);
+      });
+    });
+  }
+});
