@@ -30,6 +30,8 @@ const STYLE = [
   "dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem}",
   "dt{font-weight:600}",
   "dd{margin:0;overflow-wrap:anywhere;min-width:0}",
+  // A phone: each term above its value, so that long values (DIDs, addresses) get the whole width.
+  "@media (max-width:30rem){dl{grid-template-columns:1fr;gap:0}dd{margin-bottom:.5rem}}",
   "pre{white-space:pre-wrap;overflow-wrap:anywhere;background:var(--card);padding:.75rem;border-radius:.4rem}",
   "article{border-top:1px solid var(--border);padding-top:.5rem;margin-top:1rem}",
   "ul.actions{list-style:none;padding:0;display:grid;gap:.5rem;justify-items:start}",
