@@ -156,6 +156,9 @@ for (const engine of ENGINES) {
       }
       const outline = await page.evaluate("getComputedStyle(document.activeElement).outlineStyle");
       assert.equal(outline, "solid", "visible focus");
+      // The stylesheet applied (its hash in the CSP matches): the link looks like a button.
+      const background = await page.evaluate("getComputedStyle(document.activeElement).backgroundColor");
+      assert.equal(background, "rgb(11, 87, 208)", "styled, not the browser's default link");
       await look(page, "claim-signed-out", engine);
 
       await signIn.click();
@@ -198,6 +201,29 @@ for (const engine of ENGINES) {
       assert.equal(await page.getByRole("button", { name: "Claim this agent" }).count(), 0, "no button that fails");
       await page.getByRole("link", { name: "Sign in with Example Trust" }).waitFor();
       await look(page, "claim-someone-else", engine);
+    });
+
+    test("signed in too long ago to claim, the page asks for a new sign-in, which brings the button back", async () => {
+      const email = emailAddress("owner");
+      const { claimUrl } = await invitingAgent(email);
+      const page = await newPage();
+      await page.goto(claimUrl);
+      await page.getByRole("link", { name: "Sign in with Example Trust" }).click();
+      await signInAtAttestor(page, email);
+      await page.waitForURL(claimUrl);
+      await page.getByRole("button", { name: "Claim this agent" }).waitFor();
+
+      clock.advance(301);
+      await page.reload();
+      await page.getByText("Claiming needs a recent sign-in.").waitFor();
+      assert.equal(await page.getByRole("button", { name: "Claim this agent" }).count(), 0, "no button that fails");
+      await look(page, "claim-stale", engine);
+      // Signing in again (the attestor may still know the person and come straight back) makes it fresh.
+      await page.getByRole("link", { name: "Sign in with Example Trust" }).click();
+      await page.waitForURL((url) => url.href === claimUrl || url.origin === attestor.url);
+      if (new URL(page.url()).origin === attestor.url) await signInAtAttestor(page, email);
+      await page.waitForURL(claimUrl);
+      await page.getByRole("button", { name: "Claim this agent" }).waitFor();
     });
 
     test("a claim link that is not one is a page, in the same frame", async () => {
