@@ -98,7 +98,7 @@ export interface KitOptions {
   ownerSessionTtlSeconds?: number;
   /** Per-route, per-DID hourly limit for claimed accounts (default: none). */
   claimedRateLimitPerHour?: number;
-  /** The service in words on the kit's pages ("Notes"); 1-60 characters. Default: the host of `publicUrl`. */
+  /** The service in words on the kit's pages and mails ("Notes"); 1-60 characters. Default: the host of `publicUrl`. */
   serviceName?: string;
   /**
    * The service's own page where owners see their agents (a path, or a URL on `publicUrl`'s origin):
@@ -357,6 +357,7 @@ export class Kit {
         : InvitationMailer.fromOptions(options.mail, {
             origin: this.origin,
             claimPage: discovery.endpoints.claim_page,
+            serviceName: this.#options.serviceName,
             limiter,
             now: this.#now,
             onError,
@@ -699,7 +700,8 @@ export class Kit {
     }
     // Development only (never in production: `createKit` refuses the option there).
     const outbox = this.#mail?.outbox;
-    if (outbox !== undefined) add("GET", `${owner}/dev/outbox`, this.#page(outboxHandler(outbox), "Outbox"));
+    if (outbox !== undefined)
+      add("GET", `${owner}/dev/outbox`, this.#page(outboxHandler(outbox, this.#options.serviceName), "Outbox"));
   }
 
   /** The development outbox's mails, newest first (`mail.developmentOutbox`); undefined without it. */

@@ -49,6 +49,7 @@ describe("the kit's page configuration", () => {
   test("an unknown claim link is a page naming the service, styled by a hashed stylesheet only", async () => {
     const named = await kit({ serviceName: "Notes <&>" });
     const response = await named.handle(new Request("https://notes.example/proto/claim?token=nope"));
+    assert.ok(response !== undefined, "the kit answers its claim page");
     assert.equal(response.status, 404);
     const csp = response.headers.get("content-security-policy") ?? "";
     assert.match(csp, /style-src 'sha256-[A-Za-z0-9+/]+='/);
