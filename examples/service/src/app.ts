@@ -46,6 +46,8 @@ import {
 
 /** The attestation issuer of our attestor (`iss` of its attestations). */
 export const DEFAULT_ATTESTOR_ISSUER = "proto-trust";
+/** The attestor in words: the name its own pages carry. */
+export const DEFAULT_ATTESTOR_NAME = "proto trust";
 /** Longest note, in characters (Unicode code points). */
 export const MAX_NOTE_LENGTH = 2000;
 export const OWNER_PAGE = "/owner";
@@ -62,6 +64,8 @@ export interface NotesServiceOptions {
   attestorUrl: string;
   /** Its attestation issuer (default `proto-trust`). */
   attestorIssuer?: string;
+  /** What people call the attestor on the claim page ("Sign in with proto trust"); default `proto trust`. */
+  attestorName?: string;
   /** The folder whose `.well-known/proto-registry-proof` is served (directory listing); none: 404. */
   proofDir?: string;
   /** Serve HTTPS directly (PEM key and certificate); otherwise plain HTTP, e.g. behind a TLS proxy. */
@@ -163,6 +167,9 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
     notes = await NotesStore.open(store);
     kit = await createKit({
       publicUrl: publicUrl.origin,
+      // The kit's pages (the claim page) say "Notes" and link on to this service's owner page.
+      serviceName: "Notes",
+      ownerPage: OWNER_PAGE,
       store,
       discovery: {
         service_did: serviceDid,
@@ -178,6 +185,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
         // Plain http only for an attestor on this machine (development, tests).
         [issuer]: {
           url: attestorUrl.href,
+          displayName: options.attestorName ?? DEFAULT_ATTESTOR_NAME,
           allowHttp: attestorUrl.protocol === "http:" && isLoopback(attestorUrl.hostname),
         },
       },

@@ -6,6 +6,7 @@
  *   NOTES_DATABASE_URL   sqlite:PATH or postgres://... (default sqlite:./data/notes.db)
  *   NOTES_SERVICE_DID    default did:web:<host of the public URL>
  *   NOTES_ATTESTOR_URL   our attestor (default http://localhost:8081, the one `npm start` runs)
+ *   NOTES_ATTESTOR_NAME  the attestor in words on the claim page (default "proto trust")
  *   NOTES_PORT / PORT    default 3000; NOTES_HOST default localhost
  *   NOTES_TLS_CERT, NOTES_TLS_KEY   PEM files: serve HTTPS directly (agents reach services over HTTPS only)
  *   NOTES_PROOF_DIR      where `proto directory register --proof-dir` writes (default ./data/webroot)
@@ -80,6 +81,7 @@ const service = await buildNotesService({
   database: nonEmpty(env.NOTES_DATABASE_URL) ?? "sqlite:./data/notes.db",
   ...(serviceDid === undefined ? {} : { serviceDid }),
   attestorUrl: nonEmpty(env.NOTES_ATTESTOR_URL) ?? "http://localhost:8081",
+  ...(nonEmpty(env.NOTES_ATTESTOR_NAME) === undefined ? {} : { attestorName: nonEmpty(env.NOTES_ATTESTOR_NAME) }),
   proofDir,
   mail,
   ...(https === undefined ? {} : { https }),

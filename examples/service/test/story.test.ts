@@ -351,8 +351,10 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       await page.getByRole("heading", { name: "Claim your agent" }).waitFor();
       assert.ok((await page.locator("main, body").first().textContent())?.includes(agent.did));
 
-      // Not signed in here: the page offers the attestor, which asks the person to sign in.
-      await page.getByRole("link", { name: /^Sign in with/ }).click();
+      // Not signed in here: the page offers the attestor, named in words, which asks the person to sign in.
+      assert.equal(await page.locator("header").first().textContent(), "Notes");
+      await lookAt(page, "notes-oidc-claim");
+      await page.getByRole("link", { name: "Sign in with proto trust" }).click();
       await page.waitForURL((url) => url.origin === trustUrl && url.pathname === "/signin");
       await page.getByLabel("E-mail address").fill(OWNER_EMAIL);
       await page.getByRole("button", { name: "E-mail me a sign-in link" }).click();
@@ -364,9 +366,17 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       await page.goto(link);
       await page.getByRole("button", { name: "Sign in" }).click();
       await page.waitForURL((url) => url.href === claimUrl);
+      const signedIn = (await page.locator("main").textContent()) ?? "";
+      assert.ok(signedIn.includes("an account at proto trust"), signedIn);
+      assert.ok(!signedIn.includes(subH) && !signedIn.includes("oidc:"), "no internal key for a person");
+      await lookAt(page, "notes-oidc-signed-in");
       await page.getByRole("button", { name: "Claim this agent" }).click();
       await page.getByRole("heading", { name: "Agent claimed" }).waitFor();
       claimed = true;
+      await lookAt(page, "notes-oidc-claimed");
+      // The claimed page leads on to the service's owner page.
+      await page.getByRole("link", { name: "See your agents on Notes" }).click();
+      await page.waitForURL(`${publicUrl}/owner`);
 
       const me = await client.fetch(`${discovery.document.endpoints.accounts}/me`);
       const account = await json(me);

@@ -19,6 +19,11 @@ export interface AttestorConfig {
   /** `{trust_url}`: the id_token issuer and OpenID provider. Needed for sign-in. */
   url?: string;
   /**
+   * What people call it on the kit's pages ("Sign in with Example Trust"); at most 60 characters.
+   * Default: the host of `url` (else the name).
+   */
+  displayName?: string;
+  /**
    * Where its verification keys are: a key set URL, a `RemoteKeySet`, or a static JWK set.
    * Default `{url}/.well-known/jwks.json`.
    */
@@ -35,6 +40,8 @@ export interface ResolvedAttestor {
   /** The canonical issuer: the attestation `iss`. */
   name: string;
   url: string | undefined;
+  /** The attestor in words, for people. */
+  displayName: string;
   keys: KeyLookup;
   verifier: AttestationVerifier;
   signIn: { clientId: string } | undefined;
@@ -48,6 +55,17 @@ export interface KitAttestation extends VerifiedAttestation {
 
 function withoutTrailingSlash(url: string): string {
   return url.endsWith("/") ? url.slice(0, -1) : url;
+}
+
+function displayName(name: string, configured: string | undefined, url: string | undefined): string {
+  if (configured !== undefined) {
+    const trimmed = configured.trim();
+    if (trimmed.length === 0 || trimmed.length > 60) {
+      throw new Error(`attestor ${name}: displayName must be 1 to 60 characters`);
+    }
+    return trimmed;
+  }
+  return url === undefined ? name : new URL(url).host;
 }
 
 export class AttestorRegistry {
@@ -87,6 +105,7 @@ export class AttestorRegistry {
       this.#byName.set(name, {
         name,
         url,
+        displayName: displayName(name, entry.displayName, url),
         keys,
         verifier,
         signIn: signInEnabled ? { clientId: clientId ?? options.serviceDid } : undefined,

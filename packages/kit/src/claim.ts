@@ -68,7 +68,8 @@ export function claimPageHandler(core: KitCore): Handler {
     const session = await core.sessions.fromHeaders(request.headers);
     const here = `${request.url.pathname}${request.url.search}`;
     return claimPage({
-      serviceName: new URL(core.origin).host,
+      serviceName: core.options.serviceName,
+      attestorName: (issuer) => core.attestors.get(issuer)?.displayName ?? issuer,
       agentDid: claim.account.did,
       recipient: claim.recipient,
       expiresAt: claim.expiresAt,
@@ -79,12 +80,11 @@ export function claimPageHandler(core: KitCore): Handler {
           : {
               csrf: session.csrf,
               identities: session.identities,
-              canClaim:
-                identityKeys(session).has(claim.recipientKey) &&
-                core.sessions.isFresh(session, core.options.freshnessSeconds),
+              isRecipient: identityKeys(session).has(claim.recipientKey),
+              fresh: core.sessions.isFresh(session, core.options.freshnessSeconds),
             },
       signInLinks: core.attestors.signInAttestors().map((attestor) => ({
-        label: attestor.url ?? attestor.name,
+        label: attestor.displayName,
         href: `${core.ownerPath}/signin?${new URLSearchParams({ attestor: attestor.name, return_to: here })}`,
       })),
       // An e-mail recipient proves the address with the mailed link (an attestor's sign-in names
@@ -160,7 +160,13 @@ export function claimCompletionHandler(core: KitCore): Handler {
       }
       const account = await reloadAccount(core, claim.account.id);
       if (!form) return jsonResponse(200, account);
-      return claim.redirectUrl === undefined ? claimedPage(account.agent_did) : redirectResponse(claim.redirectUrl);
+      if (claim.redirectUrl !== undefined) return redirectResponse(claim.redirectUrl);
+      return claimedPage({
+        serviceName: core.options.serviceName,
+        agentDid: account.agent_did,
+        claimedAt: core.now(),
+        ownerPage: core.options.ownerPage,
+      });
     } catch (error) {
       return form ? core.errorPage(error, request) : core.errorResponse(error, request);
     }

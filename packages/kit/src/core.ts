@@ -27,6 +27,10 @@ export interface ResolvedOptions {
   maxBodyBytes: number;
   /** Origins an invitation's `redirect_url` may point to (the kit's own origin included). */
   redirectOrigins: readonly string[];
+  /** The service in words, on the kit's pages and mails. */
+  serviceName: string;
+  /** The service's page where owners see their agents (a path or URL on its origin), if it has one. */
+  ownerPage: string | undefined;
 }
 
 export interface InvitationEvent {

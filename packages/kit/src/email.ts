@@ -68,7 +68,14 @@ export class InvitationMailer {
    */
   static fromOptions(
     options: KitMailOptions,
-    deps: { origin: string; claimPage: string; limiter: RateLimiter; now: () => number; onError: (e: unknown) => void },
+    deps: {
+      origin: string;
+      claimPage: string;
+      serviceName: string;
+      limiter: RateLimiter;
+      now: () => number;
+      onError: (e: unknown) => void;
+    },
   ): InvitationMailer {
     const chosen = [options.smtpUrl, options.mailer, options.developmentOutbox || undefined].filter(
       (value) => value !== undefined,
@@ -98,7 +105,7 @@ export class InvitationMailer {
     else mailer = new DevelopmentOutbox(deps.now);
     return new InvitationMailer(mailer, perHour, {
       claimPage: deps.claimPage,
-      serviceName: claimPage.host,
+      serviceName: deps.serviceName,
       limiter: deps.limiter,
       now: deps.now,
       onError: deps.onError,
@@ -191,6 +198,6 @@ export function emailSignInHandler(core: KitCore): Handler {
 }
 
 /** `GET {ownerPath}/dev/outbox`: mounted only with `mail.developmentOutbox`, never in production. */
-export function outboxHandler(outbox: DevelopmentOutbox): Handler {
-  return async () => outboxPage(outbox.entries);
+export function outboxHandler(outbox: DevelopmentOutbox, serviceName: string): Handler {
+  return async () => outboxPage(outbox.entries, serviceName);
 }

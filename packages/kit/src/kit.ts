@@ -98,6 +98,13 @@ export interface KitOptions {
   ownerSessionTtlSeconds?: number;
   /** Per-route, per-DID hourly limit for claimed accounts (default: none). */
   claimedRateLimitPerHour?: number;
+  /** The service in words on the kit's pages and mails ("Notes"); 1-60 characters. Default: the host of `publicUrl`. */
+  serviceName?: string;
+  /**
+   * The service's own page where owners see their agents (a path, or a URL on `publicUrl`'s origin):
+   * the page after a claim links there.
+   */
+  ownerPage?: string;
   /** Where the human-facing owner routes live (sign-in, callback, owned accounts); default `/proto/owner`. */
   ownerPath?: string;
   /** Replay store; share one (RedisNonceStore) across replicas. Default: in memory. */
@@ -197,6 +204,21 @@ function hasBody(headers: Headers): boolean {
   );
 }
 
+function serviceName(value: string | undefined, publicUrl: URL): string {
+  if (value === undefined) return publicUrl.host;
+  const trimmed = value.trim();
+  if (trimmed.length === 0 || trimmed.length > 60) throw new Error("serviceName must be 1 to 60 characters");
+  return trimmed;
+}
+
+/** A path on the service, or a URL on its origin (kept as given); nothing that leaves the service. */
+function ownerPage(value: string | undefined, origin: string): string | undefined {
+  if (value === undefined) return undefined;
+  const url = new URL(value, origin);
+  if (url.origin !== origin) throw new Error(`ownerPage must be a path or a URL on ${origin}`);
+  return `${url.pathname}${url.search}`;
+}
+
 function checkRange(name: string, value: number, min: number, max: number): number {
   if (!Number.isInteger(value) || value < min || value > max) {
     throw new RangeError(`${name} must be an integer from ${min} to ${max}`);
@@ -290,6 +312,8 @@ export class Kit {
       recipientTypes: discovery.recipient_types ?? ["email"],
       maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
       redirectOrigins: [this.origin, ...(options.redirectOrigins ?? []).map((origin) => allowedOrigin(origin))],
+      serviceName: serviceName(options.serviceName, publicUrl),
+      ownerPage: ownerPage(options.ownerPage, this.origin),
     };
     const nonceStore = options.nonceStore ?? new MemoryNonceStore({ now: this.#now });
     const verifier = createRequestVerifier({
@@ -333,6 +357,7 @@ export class Kit {
         : InvitationMailer.fromOptions(options.mail, {
             origin: this.origin,
             claimPage: discovery.endpoints.claim_page,
+            serviceName: this.#options.serviceName,
             limiter,
             now: this.#now,
             onError,
@@ -622,7 +647,11 @@ export class Kit {
   #errorPage(error: unknown, request: { headers: Headers }, title?: string): KitResponse {
     const { error: protoErr, unexpected } = asProtoError(error);
     if (unexpected) this.#onError(error);
-    return this.#challenged(errorPage(protoErr.status, protoErr.code, protoErr.message, title), protoErr, request);
+    return this.#challenged(
+      errorPage(protoErr.status, protoErr.code, protoErr.message, title, this.#options.serviceName),
+      protoErr,
+      request,
+    );
   }
 
   #mountRoutes(): void {
@@ -671,7 +700,8 @@ export class Kit {
     }
     // Development only (never in production: `createKit` refuses the option there).
     const outbox = this.#mail?.outbox;
-    if (outbox !== undefined) add("GET", `${owner}/dev/outbox`, this.#page(outboxHandler(outbox), "Outbox"));
+    if (outbox !== undefined)
+      add("GET", `${owner}/dev/outbox`, this.#page(outboxHandler(outbox, this.#options.serviceName), "Outbox"));
   }
 
   /** The development outbox's mails, newest first (`mail.developmentOutbox`); undefined without it. */

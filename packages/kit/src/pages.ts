@@ -1,83 +1,37 @@
+/** The kit's pages for people: the claim page, the page after a claim, errors, the development outbox. */
 import type { Recipient } from "@proto/protocol";
+import { html, type SafeHtml, timeElement } from "./html.js";
 import type { KitResponse } from "./http.js";
+import { htmlPage } from "./page-layout.js";
 
-const ESCAPES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+export { escapeHtml, humanTime } from "./html.js";
+export { htmlPage } from "./page-layout.js";
 
-export function escapeHtml(value: string): string {
-  return value.replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
-}
-
-const STYLE =
-  "body{font-family:system-ui,sans-serif;max-width:36rem;margin:3rem auto;padding:0 1rem;line-height:1.5}" +
-  "h1{font-size:1.6rem;line-height:1.25}code{word-break:break-all}strong{overflow-wrap:anywhere}" +
-  "button,.button{font:inherit;padding:.5rem 1rem;border:1px solid #333;border-radius:.3rem;background:#fff;color:#000;text-decoration:none;display:inline-block;margin:.25rem 0;max-width:100%;overflow-wrap:anywhere;text-align:left}" +
-  ".error{color:#a00}.note{color:#555;font-size:.95em}" +
-  "pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.75rem;border-radius:.3rem}" +
-  "article{border-top:1px solid #ddd;padding-top:.5rem;margin-top:1rem}dl{display:grid;grid-template-columns:auto 1fr;gap:0 .75rem}dd{margin:0;overflow-wrap:anywhere}";
-
-const MONTHS = [
-  "January",
-  "February",
-  "March",
-  "April",
-  "May",
-  "June",
-  "July",
-  "August",
-  "September",
-  "October",
-  "November",
-  "December",
-];
-
-/** `8 May 2026, 10:02 UTC`: a time a person reads (pages and mails). */
-export function humanTime(ms: number): string {
-  const date = new Date(ms);
-  const pad = (n: number) => String(n).padStart(2, "0");
-  return `${date.getUTCDate()} ${MONTHS[date.getUTCMonth()]} ${date.getUTCFullYear()}, ${pad(date.getUTCHours())}:${pad(date.getUTCMinutes())} UTC`;
-}
-
-/**
- * A self-contained page: no scripts, no external resources, not framed. The URL (a token) never
- * leaves: `strict-origin` sends at most the origin as Referer. (`no-referrer` would also make
- * browsers send `Origin: null` on the page's own form posts, which the e-mail sign-in checks.)
- */
-export function htmlPage(
-  status: number,
-  title: string,
-  body: string,
-  headers: Record<string, string | string[]> = {},
-): KitResponse {
-  return {
-    status,
-    headers: {
-      "content-type": "text/html; charset=utf-8",
-      "cache-control": "no-store",
-      "content-security-policy":
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-      "referrer-policy": "strict-origin",
-      "x-content-type-options": "nosniff",
-      ...headers,
-    },
-    body: `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>${escapeHtml(title)}</title><style>${STYLE}</style></head><body><h1>${escapeHtml(title)}</h1>${body}</body></html>`,
-  };
-}
+/** What a person can do next, for the refusals a claim link meets. */
+const NEXT_STEP: Record<string, string> = {
+  invitation_not_found:
+    "Check that you opened the whole link from the message. If it still fails, ask the agent for a new invitation.",
+  invitation_expired: "Ask the agent for a new invitation: it can send one at any time.",
+  already_claimed: "The agent already has an owner. If that is you, nothing more is needed.",
+};
 
 export function errorPage(
   status: number,
   code: string,
   message: string,
   title = "This invitation cannot be used",
+  serviceName?: string,
 ): KitResponse {
   return htmlPage(
     status,
     title,
-    `<p class="error" data-code="${escapeHtml(code)}">${escapeHtml(message)}</p><p>Error code: <code>${escapeHtml(code)}</code></p>`,
+    html`<p class="error" data-code="${code}">${message}</p>${NEXT_STEP[code] === undefined ? "" : html`<p>${NEXT_STEP[code]}</p>`}<p class="muted">Error code: <code>${code}</code></p>`,
+    { serviceName },
   );
 }
 
 /** How a recipient is shown to whoever holds the claim link: enough to recognise, not the whole address. */
-export function describeRecipient(recipient: Recipient): string {
+export function describeRecipient(recipient: Recipient, attestorName: (issuer: string) => string): string {
   switch (recipient.type) {
     case "email": {
       const [local = "", domain = ""] = recipient.value.split("@");
@@ -88,35 +42,51 @@ export function describeRecipient(recipient: Recipient): string {
     case "did":
       return `the DID ${recipient.value}`;
     case "oidc":
-      return `an account at ${recipient.value.issuer}`;
+      return `an account at ${attestorName(recipient.value.issuer)}`;
   }
 }
 
-/** How an identity of a session reads on a page. */
-export function showIdentity(identity: Recipient): string {
+/**
+ * A pseudonymous subject, short enough to recognise and compare ("4owQx7…"): the whole value is an
+ * internal key that means nothing to a person.
+ */
+export function shortId(value: string): string {
+  return value.length <= 10 ? value : `${value.slice(0, 8)}…`;
+}
+
+/** Who a session proved to be, in words: how they signed in, and a short pseudonymous id. */
+export function showIdentity(identity: Recipient, attestorName: (issuer: string) => string): SafeHtml {
   switch (identity.type) {
     case "oidc":
-      return `${identity.value.sub} at ${identity.value.issuer}`;
-    default:
-      return identity.value;
+      return html`an account at <strong>${attestorName(identity.value.issuer)}</strong> (pseudonymous id <code title="the id ${attestorName(identity.value.issuer)} gives you on this service">${shortId(identity.value.sub)}</code>), verified by signing in there`;
+    case "email":
+      return html`the e-mail address <strong>${identity.value}</strong>, verified by a mailed link`;
+    case "phone":
+      return html`the phone number <strong>${identity.value}</strong>`;
+    case "did":
+      return html`the DID <code>${identity.value}</code>`;
   }
 }
 
 export interface ClaimPageInput {
-  /** The service as people know it (the host of its public URL). */
+  /** The service in words (the kit's `serviceName`). */
   serviceName: string;
   agentDid: string;
   recipient: Recipient;
   /** Milliseconds since the epoch. */
   expiresAt: number;
   completionPath: string;
+  /** An attestor's issuer name in words (its `displayName`). */
+  attestorName: (issuer: string) => string;
   /** Present when the visitor has an owner session. */
   session:
     | {
         csrf: string;
         identities: Recipient[];
-        /** One of the identities is the invitation's recipient, authenticated recently enough to claim. */
-        canClaim: boolean;
+        /** One of the identities is the invitation's recipient. */
+        isRecipient: boolean;
+        /** Authenticated recently enough to claim. */
+        fresh: boolean;
       }
     | undefined;
   signInLinks: { label: string; href: string }[];
@@ -124,81 +94,121 @@ export interface ClaimPageInput {
   emailSignIn?: { action: string; token: string; used: boolean } | undefined;
 }
 
-function claimForm(input: ClaimPageInput, csrf: string): string {
-  return `<form method="post" action="${escapeHtml(input.completionPath)}">
-<input type="hidden" name="csrf" value="${escapeHtml(csrf)}">
+function claimForm(input: ClaimPageInput, csrf: string): SafeHtml {
+  return html`<form method="post" action="${input.completionPath}">
+<input type="hidden" name="csrf" value="${csrf}">
 <button type="submit">Claim this agent</button>
 </form>
-<p class="note">Claiming makes you the agent's owner: from then on only you can change or revoke its key.</p>`;
+<p class="muted">Claiming makes you the agent's owner on ${input.serviceName}: from then on only you can change or revoke its key.</p>`;
+}
+
+/** The agent and the invitation's lifetime, the same on every variant of the claim page. */
+function invitationCard(input: ClaimPageInput, recipient: SafeHtml): SafeHtml {
+  return html`<div class="card"><dl>
+<dt>Agent</dt><dd><code>${input.agentDid}</code></dd>
+<dt>Invitation for</dt><dd>${recipient}</dd>
+<dt>Link works until</dt><dd>${timeElement(input.expiresAt)}</dd>
+</dl></div>`;
+}
+
+function signInList(links: ClaimPageInput["signInLinks"]): SafeHtml {
+  if (links.length === 0) return html`<p>Sign in to this service first.</p>`;
+  return html`<ul class="actions">${links.map(
+    (link) => html`<li><a class="button" href="${link.href}">Sign in with ${link.label}</a></li>`,
+  )}</ul>`;
 }
 
 /** The claim page of an `email` invitation: confirm the address with the link, then claim. */
 function emailClaimPage(input: ClaimPageInput, emailSignIn: NonNullable<ClaimPageInput["emailSignIn"]>): KitResponse {
-  const address = escapeHtml(input.recipient.value as string);
-  const intro = `<p>An agent on ${escapeHtml(input.serviceName)} asks to have <strong>${address}</strong> as its owner.</p>
-<p>The agent: <code>${escapeHtml(input.agentDid)}</code></p>
-<p>This invitation works until ${escapeHtml(humanTime(input.expiresAt))}.</p>`;
-  let action: string;
-  if (input.session?.canClaim === true) {
-    action = `<p>You are signed in as <strong>${address}</strong>.</p>${claimForm(input, input.session.csrf)}`;
+  const address = input.recipient.value as string;
+  const intro = html`<p>An agent on ${input.serviceName} asks to have <strong>${address}</strong> as its owner.</p>${invitationCard(input, html`<strong>${address}</strong>`)}`;
+  let action: SafeHtml;
+  if (input.session?.isRecipient === true && input.session.fresh) {
+    action = html`<p>You are signed in as <strong>${address}</strong>.</p>${claimForm(input, input.session.csrf)}`;
   } else if (!emailSignIn.used) {
-    action = `<p>Is this your address? Continue to sign in with it; you can then claim the agent.</p>
-<form method="post" action="${escapeHtml(emailSignIn.action)}">
-<input type="hidden" name="token" value="${escapeHtml(emailSignIn.token)}">
+    action = html`<p>Is this your address? Continue to sign in with it; you can then claim the agent.</p>
+<form method="post" action="${emailSignIn.action}">
+<input type="hidden" name="token" value="${emailSignIn.token}">
 <button type="submit">Continue as ${address}</button>
 </form>
-<p class="note">The link signs you in once. It shows only that you can read mail sent to this address: a basic level of assurance (AAL1).</p>
-<p class="note">Don't know this agent? Close this page: nothing happens.</p>`;
+<p class="muted">The link signs you in once. It shows only that you can read mail sent to this address: a basic level of assurance (AAL1).</p>
+<p class="muted">Don't know this agent? Close this page: nothing happens.</p>`;
   } else {
-    action = `<p class="error" data-code="kit_link_used">This link was already used to sign in, and it works only once.</p>
+    action = html`<p class="error" data-code="kit_link_used">This link was already used to sign in, and it works only once.</p>
 <p>To claim the agent, ask it for a new invitation: a new link will be mailed to ${address}.</p>`;
   }
-  return htmlPage(200, "Claim your agent", intro + action);
+  return htmlPage(200, "Claim your agent", html`${intro}${action}`, { serviceName: input.serviceName });
 }
 
 export function claimPage(input: ClaimPageInput): KitResponse {
   if (input.emailSignIn !== undefined && input.recipient.type === "email") {
     return emailClaimPage(input, input.emailSignIn);
   }
-  const intro = `<p>An agent (<code>${escapeHtml(input.agentDid)}</code>) invited ${escapeHtml(describeRecipient(input.recipient))} to become its owner. The invitation works until ${escapeHtml(humanTime(input.expiresAt))}.</p>`;
-  let action: string;
-  if (input.session === undefined) {
-    const links = input.signInLinks
-      .map(
-        (link) => `<p><a class="button" href="${escapeHtml(link.href)}">Sign in with ${escapeHtml(link.label)}</a></p>`,
-      )
-      .join("");
-    action = `<p>Sign in to claim it.</p>${links || "<p>Sign in to this service first.</p>"}`;
+  const recipient = describeRecipient(input.recipient, input.attestorName);
+  const intro = html`<p>An agent on ${input.serviceName} invited ${recipient} to become its owner.</p>${invitationCard(input, html`${recipient}`)}`;
+  const session = input.session;
+  let action: SafeHtml;
+  if (session === undefined) {
+    action = html`<p>Sign in to claim it.</p>${signInList(input.signInLinks)}
+<p class="muted">Don't know this agent? Close this page: nothing happens.</p>`;
   } else {
-    const who = input.session.identities.map((i) => `<li><code>${escapeHtml(showIdentity(i))}</code></li>`).join("");
-    action = `<p>You are signed in as:</p><ul>${who}</ul>${claimForm(input, input.session.csrf)}`;
+    const who = session.identities.map((identity) => html`<li>${showIdentity(identity, input.attestorName)}</li>`);
+    const signedIn = html`<p>You are signed in with</p><ul>${who}</ul>`;
+    if (!session.isRecipient) {
+      action = html`${signedIn}<p class="error">The account you are signed in with is not the one this invitation is for.</p>
+<p>Sign in with the account the agent is linked to. If you are still signed in there as someone else, sign out there first.</p>${signInList(input.signInLinks)}`;
+    } else if (!session.fresh) {
+      action = html`${signedIn}<p>Claiming needs a recent sign-in. Sign in again to claim the agent:</p>${signInList(input.signInLinks)}`;
+    } else {
+      action = html`${signedIn}${claimForm(input, session.csrf)}`;
+    }
   }
-  return htmlPage(200, "Claim your agent", intro + action);
+  return htmlPage(200, "Claim your agent", html`${intro}${action}`, { serviceName: input.serviceName });
 }
 
 /** The development outbox (`{ownerPath}/dev/outbox`): the newest mails first, links clickable. */
-export function outboxPage(entries: { to: string; subject: string; text: string; sentAt: number }[]): KitResponse {
-  const linkify = (text: string) =>
-    escapeHtml(text).replace(/https?:\/\/[^\s<>"]+/g, (url) => `<a href="${url}">${url}</a>`);
-  const mails = entries
-    .map(
-      (
-        mail,
-      ) => `<article><dl><dt>To</dt><dd>${escapeHtml(mail.to)}</dd><dt>Sent</dt><dd>${escapeHtml(humanTime(mail.sentAt))}</dd><dt>Subject</dt><dd>${escapeHtml(mail.subject)}</dd></dl>
+export function outboxPage(
+  entries: { to: string; subject: string; text: string; sentAt: number }[],
+  serviceName?: string,
+): KitResponse {
+  // Split around the URLs so that each piece goes through `html` (escaped), and URLs become links.
+  const linkify = (text: string): SafeHtml[] =>
+    text
+      .split(/(https?:\/\/[^\s<>"]+)/g)
+      .map((piece, i) => (i % 2 === 1 ? html`<a href="${piece}">${piece}</a>` : html`${piece}`));
+  const mails = entries.map(
+    (
+      mail,
+    ) => html`<article><dl><dt>To</dt><dd>${mail.to}</dd><dt>Sent</dt><dd>${timeElement(mail.sentAt)}</dd><dt>Subject</dt><dd>${mail.subject}</dd></dl>
 <pre>${linkify(mail.text)}</pre></article>`,
-    )
-    .join("");
+  );
   return htmlPage(
     200,
     "Development outbox",
-    `<p class="note">Mails the service would have sent, newest first (at most 50, kept in memory). This page exists only in development.</p>${mails || "<p>No mail yet.</p>"}`,
+    html`<p class="muted">Mails the service would have sent, newest first (at most 50, kept in memory). This page exists only in development.</p>${mails.length === 0 ? html`<p>No mail yet.</p>` : mails}`,
+    { serviceName },
   );
 }
 
-export function claimedPage(agentDid: string): KitResponse {
+export interface ClaimedPageInput {
+  serviceName: string;
+  agentDid: string;
+  /** Milliseconds since the epoch. */
+  claimedAt: number;
+  /** The service's page for owners (the kit's `ownerPage`), if it has one. */
+  ownerPage: string | undefined;
+}
+
+export function claimedPage(input: ClaimedPageInput): KitResponse {
+  const onward =
+    input.ownerPage === undefined
+      ? html`<p>You can close this page.</p>`
+      : html`<p><a class="button" href="${input.ownerPage}">See your agents on ${input.serviceName}</a></p>`;
   return htmlPage(
     200,
     "Agent claimed",
-    `<p>You now own the agent <code>${escapeHtml(agentDid)}</code>.</p><p>You can close this page.</p>`,
+    html`<p class="notice">You now own this agent on ${input.serviceName}. From now on only you can change or revoke its key.</p>
+<div class="card"><dl><dt>Agent</dt><dd><code>${input.agentDid}</code></dd><dt>Claimed</dt><dd>${timeElement(input.claimedAt)}</dd></dl></div>${onward}`,
+    { serviceName: input.serviceName },
   );
 }
