@@ -151,7 +151,8 @@ export function chart(figures: readonly Figure[], heading: ChartHeading): string
   });
   y += 30;
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${y}" viewBox="0 0 ${WIDTH} ${y}" font-family="'DejaVu Sans', 'Segoe UI', Helvetica, Arial, sans-serif" fill="${COLOURS.text}">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" role="img" width="${WIDTH}" height="${y}" viewBox="0 0 ${WIDTH} ${y}" font-family="'DejaVu Sans', 'Segoe UI', Helvetica, Arial, sans-serif" fill="${COLOURS.text}">`,
+    `<title>${escapeXml(`${heading.title}: ${heading.subtitle}`)}</title>`,
     `<rect width="${WIDTH}" height="${y}" fill="#ffffff"/>`,
     ...parts,
     "</svg>",

@@ -182,7 +182,7 @@ function callbackQueries(pool: pg.Pool, prepare: boolean): PostgresPool {
       const query = {
         text: sqlOrCursor,
         values: parameters as unknown[],
-        name: statementName(sqlOrCursor, parameters),
+        name: prepare ? statementName(sqlOrCursor, parameters) : undefined,
       };
       return new Promise<PostgresQueryResult<unknown>>((resolve, reject) => {
         client.query(query, (error: Error | null, result: unknown) =>
