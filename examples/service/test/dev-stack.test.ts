@@ -265,6 +265,8 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   const ownerPage = await context.newPage();
   await ownerPage.goto(`${notes}/owner`);
   await ownerPage.getByRole("link", { name: /^Sign in with/ }).click();
+  // The first sign-in to the notes service at the attestor asks for consent.
+  await ownerPage.getByRole("button", { name: "Allow" }).click();
   await ownerPage.getByRole("heading", { name: "Agents waiting to be claimed" }).waitFor();
   assert.ok((await ownerPage.locator("main").innerText()).includes(did));
 

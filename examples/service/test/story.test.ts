@@ -365,6 +365,10 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
       const link = linkIn(await smtp.nextMailTo(OWNER_EMAIL), "/signin/email/verify");
       await page.goto(link);
       await page.getByRole("button", { name: "Sign in" }).click();
+      // The first sign-in to the notes service at the attestor asks for consent.
+      await page.waitForURL((url) => url.href === claimUrl || url.pathname === "/oidc/authorize");
+      await lookAt(page, "notes-oidc-consent");
+      if (page.url() !== claimUrl) await page.getByRole("button", { name: "Allow" }).click();
       await page.waitForURL((url) => url.href === claimUrl);
       const signedIn = (await page.locator("main").textContent()) ?? "";
       assert.ok(signedIn.includes("an account at proto trust"), signedIn);

@@ -122,6 +122,9 @@ for (const engine of ENGINES) {
       await page.waitForLoadState();
       await page.goto(attestor.magicLink(email));
       await page.getByRole("button", { name: "Sign in" }).click();
+      // A person's first sign-in to this service at the attestor asks for consent first.
+      await page.waitForURL((url) => url.origin !== attestor.url || url.pathname === "/oidc/authorize");
+      if (new URL(page.url()).origin === attestor.url) await page.getByRole("button", { name: "Allow" }).click();
     }
 
     async function assertHumanTimes(page: Page): Promise<void> {
