@@ -169,7 +169,7 @@ function buildProgram(
       const out = makeOutput(options.json === true);
       const identity = agent().identity;
       const exported = options.private ? identity.exportPrivate() : identity.exportPublic();
-      if (options.private) out.note("warning: this output contains the agent's private key");
+      if (options.private) out.warn("warning: this output contains the agent's private key; keep it secret");
       out.result(exported, JSON.stringify(exported, null, 2));
     });
   leaf(keys, "rotate", "replace the key with a new one; the old key is kept in the archive").action(
@@ -201,6 +201,16 @@ function buildProgram(
         const out = makeOutput(options.json === true);
         const a = agent();
         const attestor = a.attestor(options.attestor);
+        const current = a.store.getBinding(attestor.url, a.did);
+        if (current !== undefined && current.state === "active" && !lapsed(current)) {
+          out.event({ event: "already_linked", attestor_url: attestor.url, binding_id: current.binding_id }, [
+            `This agent is already linked at ${attestor.url} (binding ${current.binding_id ?? "(id unknown)"}).`,
+            "Confirming this new request replaces that link: the attestor revokes the current binding and issues a",
+            "new one. Only the person it is linked to can confirm; until they do, the current link keeps working",
+            "(Ctrl-C keeps it as it is).",
+            "",
+          ]);
+        }
         const binding = await runLink(
           attestor,
           {
@@ -259,11 +269,7 @@ function buildProgram(
       const attestorUrl = a.attestorUrl(options.attestor);
       const now = Date.now() / 1000;
       const stateOf = (b: BindingRecord) =>
-        b.agent_did !== a.did
-          ? "orphaned"
-          : b.state === "active" && b.binding_expires_at !== 0 && b.binding_expires_at <= now
-            ? "expired"
-            : b.state;
+        b.agent_did !== a.did ? "orphaned" : b.state === "active" && lapsed(b, now) ? "expired" : b.state;
       const all = a.store.listBindings();
       const bindings = all.map((b) => ({
         attestor_url: b.attestor_url,
@@ -301,7 +307,7 @@ function buildProgram(
               b.iss ?? "(not learned yet)",
               b.binding_id ?? "(id unknown)",
               b.state,
-              b.binding_expires_at === 0 ? "-" : isoOf(b.binding_expires_at),
+              lapseColumn(b.state, b.binding_expires_at),
             ]),
           ]),
           "",
@@ -309,6 +315,14 @@ function buildProgram(
         );
         if (bindings.some((b) => b.state === "orphaned")) {
           lines.push("orphaned: linked with an earlier key of this agent; never used (link again).");
+        }
+        if (bindings.some((b) => b.state === "revoked")) {
+          lines.push("revoked: the person ended this link; `proto trust link --attestor URL` asks them to link again.");
+        }
+        if (bindings.some((b) => b.state === "expired")) {
+          lines.push(
+            "expired: the link lapsed unused; `proto trust link --attestor URL` asks the person to link again.",
+          );
         }
       }
       if (tokens.length > 0) {
@@ -774,6 +788,17 @@ function waitForEnter(context: RunContext, prompt: string): Promise<void> {
       rl.close();
     });
   });
+}
+
+/** Whether an active binding's inactivity deadline has passed (0: the deadline is not known). */
+function lapsed(binding: BindingRecord, now = Date.now() / 1000): boolean {
+  return binding.binding_expires_at !== 0 && binding.binding_expires_at <= now;
+}
+
+/** The LAPSES column: a deadline only where one still applies; a revoked link lapses no more. */
+function lapseColumn(state: string, expiresAt: number): string {
+  if (expiresAt === 0 || state === "revoked") return "-";
+  return state === "expired" ? `lapsed ${isoOf(expiresAt)}` : `${isoOf(expiresAt)} unless used`;
 }
 
 function isoOf(unixSeconds: number): string {
