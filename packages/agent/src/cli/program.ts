@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { isDidSyntax } from "@proto/protocol";
 import { Command, CommanderError, Option } from "commander";
-import { issuerOf } from "../accepted.js";
+import { acceptedAttestors, issuerOf } from "../accepted.js";
 import { type Account, getAccount, inviteOwner, type OwnerRecipient } from "../account.js";
 import { Agent } from "../agent.js";
 import {
@@ -16,11 +16,12 @@ import {
   type SubmitResult,
   writeProofFile,
 } from "../directory.js";
-import { UsageError } from "../errors.js";
+import { AuthError, UsageError } from "../errors.js";
 import { normaliseBaseUrl } from "../http.js";
 import { discoverService, ServiceClient } from "../service.js";
 import { AgentStore, type BindingRecord, defaultHome } from "../store.js";
 import { TokenCache } from "../token-cache.js";
+import { attestationDocument, bindingDocument, isoTime, subjectOf } from "./documents.js";
 import { runLink } from "./link.js";
 import { EXIT, exitCodeOf, Interrupted, nextStepFor, Output, table } from "./output.js";
 
@@ -147,7 +148,7 @@ function buildProgram(
         key_file: a.store.keyPath,
         attestor_url: attestorUrl ?? null,
         directory_url: a.directoryUrl() ?? null,
-        binding: binding ?? null,
+        binding: binding === undefined ? null : bindingDocument(binding),
         attestors: bindings.map((b) => ({ attestor_url: b.attestor_url, iss: b.iss ?? null, state: b.state })),
       },
       [
@@ -228,7 +229,7 @@ function buildProgram(
             agent_did: a.did,
             attestor_url: attestor.url,
             binding_id: binding.binding_id,
-            binding_expires_at: binding.binding_expires_at,
+            binding_expires_at: isoTime(binding.binding_expires_at),
             attestors: others.length + 1,
           },
           [
@@ -255,7 +256,7 @@ function buildProgram(
       }
       const attestor = agent().attestor(options.attestor);
       const token = await attestor.token(serviceDid, { fresh: options.fresh === true, signal: context.signal });
-      out.result(token, token.jwt);
+      out.result(attestationDocument(token), token.jwt);
       out.note(
         `(${token.cached ? "cached" : "minted"} by ${token.iss ?? "?"} at ${token.attestor_url}; expires ${isoOf(token.expires_at)}; verification ${token.verification})`,
       );
@@ -340,7 +341,14 @@ function buildProgram(
         );
       }
       out.result(
-        { agent_did: a.did, attestor_url: attestorUrl ?? null, state, binding: binding ?? null, bindings, tokens },
+        {
+          agent_did: a.did,
+          attestor_url: attestorUrl ?? null,
+          state,
+          binding: binding === undefined ? null : bindingDocument(binding),
+          bindings: bindings.map((b) => ({ ...b, binding_expires_at: isoTime(b.binding_expires_at) })),
+          tokens: tokens.map((t) => ({ ...t, expires_at: isoTime(t.expires_at) })),
+        },
         lines,
       );
     });
@@ -519,6 +527,79 @@ function buildProgram(
             ? "  the service sends the claim link to the recipient itself"
             : `  hand this link to the recipient: ${invitation.claim_url}`,
         ]);
+      },
+    );
+
+  // --- owner ---
+
+  const owner = program
+    .command("owner")
+    .description("invite the person who will own this agent's account at a service");
+  leaf(owner, "invite", "send the owner invitation to the endpoint the service's discovery document names")
+    .argument("<service-url>", "the service: any https URL on it")
+    .option("--email <address>", "invite by e-mail: the service mails them the claim link")
+    .option("--oidc", "invite the person this agent is linked to: they sign in at the attestor to claim")
+    .option("--redirect-url <url>", "where the service sends the person after the claim (its allow-list decides)")
+    .option("--attestor <attestor>", ATTESTOR_HELP)
+    .action(
+      async (
+        url: string,
+        options: CommonOptions & { email?: string; oidc?: boolean; redirectUrl?: string; attestor?: string },
+      ) => {
+        const out = makeOutput(options.json === true);
+        if ((options.email === undefined) === (options.oidc !== true)) {
+          throw new UsageError("invalid_argument", "give exactly one recipient: --email ADDRESS or --oidc");
+        }
+        const a = agent();
+        const client = await a.service(url, { attestorUrl: options.attestor, signal: context.signal });
+        let recipient: OwnerRecipient;
+        let person: string;
+        if (options.email !== undefined) {
+          recipient = { email: options.email };
+          person = options.email;
+        } else {
+          // The attestor names the person to this service by a pairwise pseudonym, the sub_h of the
+          // agent's attestations for it; signing in there with that attestor gives the same subject.
+          const attestors = a.attestors(options.attestor);
+          if (attestors === undefined) {
+            throw new UsageError(
+              "no_attestor",
+              "--oidc needs a linked attestor: run `proto trust link --attestor URL`",
+            );
+          }
+          const token = await attestors.attestationFor(
+            client.discovery.did,
+            acceptedAttestors(client.discovery.document.billing),
+            { signal: context.signal },
+          );
+          const sub = subjectOf(token.jwt);
+          if (sub === null) {
+            throw new AuthError(
+              "no_subject",
+              `the attestation from ${token.attestor_url} names no person (no sub_h): link this agent with \`proto trust link\``,
+            );
+          }
+          recipient = { recipient: { type: "oidc", value: { issuer: token.attestor_url, sub } } };
+          person = `the person this agent is linked to at ${token.attestor_url}`;
+        }
+        const invitation = await inviteOwner(client, recipient, {
+          ...(options.redirectUrl === undefined ? {} : { redirectUrl: options.redirectUrl }),
+          signal: context.signal,
+        });
+        out.result(
+          {
+            ...invitation,
+            service_did: client.discovery.did,
+            recipient: "recipient" in recipient ? recipient.recipient : { type: "email", value: recipient.email },
+          },
+          [
+            `Invited ${person} to own this agent's account at ${client.discovery.origin}`,
+            `  invitation ${invitation.invitation_id}; the account is ${invitation.state} until ${invitation.expires_at}`,
+            invitation.claim_url === undefined
+              ? "  the service mails the claim link to them itself"
+              : `  hand them this link to claim it: ${invitation.claim_url}`,
+          ],
+        );
       },
     );
 
