@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { after, before, describe, test } from "node:test";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
+import { writeProofFile } from "../src/index.js";
 import {
   AGENT_DIR,
   type CliResult,
@@ -103,6 +104,63 @@ async function signIn(person: Person, outbox: { entries: { to: string; text: str
     token: decodeURIComponent(token),
   });
   assert.equal(signedIn.status, 303, signedIn.text);
+}
+
+/**
+ * `proto ...` on a terminal: `script` gives it a pseudo-terminal (stdin and stdout are TTYs, as
+ * for a person at a shell); what it prints is read back, and `input` types at its prompts.
+ */
+function onTerminal(args: string[], env: Record<string, string>) {
+  const quote = (arg: string) => `'${arg.replaceAll("'", "'\\''")}'`;
+  const command = [process.execPath, "--conditions=source", "--import", "tsx", join(AGENT_DIR, "src/cli.ts"), ...args]
+    .map(quote)
+    .join(" ");
+  const child = spawn("script", ["-qfec", command, "/dev/null"], {
+    cwd: AGENT_DIR,
+    env: { ...process.env, NODE_OPTIONS: "", NODE_TEST_CONTEXT: "", TERM: "dumb", ...env },
+  });
+  let screen = "";
+  /** Where the next search starts: after the last match, so each wait reads the screen onward. */
+  let cursor = 0;
+  const waiters: { pattern: RegExp; resolve: (match: RegExpExecArray) => void }[] = [];
+  const check = () => {
+    for (const waiter of [...waiters]) {
+      const match = waiter.pattern.exec(screen.slice(cursor));
+      if (match !== null) {
+        cursor += match.index + match[0].length;
+        waiters.splice(waiters.indexOf(waiter), 1);
+        waiter.resolve(match);
+      }
+    }
+  };
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+    screen += chunk.replaceAll("\r\n", "\n");
+    check();
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
+  return {
+    exited,
+    screen: () => screen,
+    /** The next match of `pattern` after the previous wait's. */
+    waitFor(pattern: RegExp) {
+      return new Promise<RegExpExecArray>((resolve, reject) => {
+        // Only a guard against a wedged child, with what it printed; no assertion depends on time.
+        const guard = setTimeout(() => reject(new Error(`no ${pattern} within 30 s:\n${screen}`)), 30_000);
+        waiters.push({
+          pattern,
+          resolve: (match) => {
+            clearTimeout(guard);
+            resolve(match);
+          },
+        });
+        check();
+        exited.then((code) => reject(new Error(`exited (${code}) before ${pattern}:\n${screen}`)));
+      });
+    },
+    type(text: string) {
+      child.stdin.write(text);
+    },
+  };
 }
 
 /** stderr without the `--json` progress events: the lines a person reads. */
@@ -205,6 +263,101 @@ describe("proto CLI, what a person reads", () => {
       result.stdout,
       /This link points to this machine: a phone that scans the QR code cannot open it\.\nOpen it in a browser here\./,
     );
+  });
+
+  test("register --submit after a proof mismatch: the error, then a new challenge saved; --submit works with it", async () => {
+    const site = env.named.a;
+    assert.ok(site);
+    const home = tempHome();
+    const cli = cliIn(home);
+    const token = (text: string) => /^ {2}(ch_[A-Za-z0-9_-]{22})$/m.exec(text)?.[1];
+    const pending = await cli(
+      "directory",
+      "register",
+      site.discoveryUrl,
+      "--directory",
+      env.directoryUrl,
+      "--title",
+      "A",
+    );
+    assert.equal(pending.code, 0, pending.stderr);
+    const first = token(pending.stdout);
+    assert.ok(first, pending.stdout);
+    writeProofFile(site.proofDir, "ch_not_the_published_token_");
+    const failed = await cli("directory", "register", site.discoveryUrl, "--directory", env.directoryUrl, "--submit");
+    assert.equal(failed.code, 1, failed.stderr);
+    assert.match(failed.stderr, /^proto: proof_mismatch: /);
+    assert.match(failed.stdout, /^That challenge is used up; a new one is saved\.$/m);
+    const second = token(failed.stdout);
+    assert.ok(second && second !== first, failed.stdout);
+    assert.match(
+      failed.stdout,
+      /Then run: proto directory register https:\/\/a\.test:\d+\/\.well-known\/proto --submit/,
+    );
+
+    writeProofFile(site.proofDir, second);
+    const submitted = await cli(
+      "directory",
+      "register",
+      site.discoveryUrl,
+      "--directory",
+      env.directoryUrl,
+      "--submit",
+      "--json",
+    );
+    assert.equal(submitted.code, 0, submitted.stderr);
+    assert.equal(jsonOf(submitted).service_did, site.did);
+    const listing = jsonOf(await cli("directory", "show", site.did, "--json"));
+    assert.deepEqual([listing.status, listing.title], ["active", "A"], "the title given first is kept");
+  });
+
+  test("interactive register: a proof mismatch offers to try again with a new challenge; Ctrl-C leaves --submit to finish", async () => {
+    const site = env.named.b;
+    assert.ok(site);
+    const home = tempHome();
+    const terminalEnv = { PROTO_HOME: home, NODE_EXTRA_CA_CERTS: env.caFile };
+    const args = ["directory", "register", site.discoveryUrl, "--directory", env.directoryUrl, "--title", "B"];
+    const token = /^ {2}(ch_[A-Za-z0-9_-]{22})$/m;
+
+    // A mismatch, then the right proof for the new challenge: listed, in one run.
+    const run = onTerminal(args, terminalEnv);
+    const first = (await run.waitFor(token))[1] ?? "";
+    await run.waitFor(/Press Enter once it is published\.\.\. $/);
+    writeProofFile(site.proofDir, "ch_not_the_published_token_");
+    run.type("\n");
+    const error = await run.waitFor(/proto: proof_mismatch: [^\n]+/);
+    assert.equal(error[0], "proto: proof_mismatch: the proof file does not contain exactly the challenge token");
+    await run.waitFor(/That challenge is used up; here is a new one, saved/);
+    const second = (await run.waitFor(token))[1] ?? "";
+    await run.waitFor(/Press Enter to try again once it is published \(Ctrl-C to stop\)\.\.\. $/);
+    assert.notEqual(second, first);
+    writeProofFile(site.proofDir, second);
+    run.type("\n");
+    await run.waitFor(new RegExp(`Listed ${site.did} at `));
+    assert.equal(await run.exited, 0, run.screen());
+
+    // Another mismatch, and Ctrl-C at the prompt: the new challenge is saved for --submit.
+    const again = onTerminal(args, terminalEnv);
+    await again.waitFor(/Press Enter once it is published\.\.\. $/);
+    writeProofFile(site.proofDir, "ch_not_the_published_token_");
+    again.type("\n");
+    await again.waitFor(/That challenge is used up/);
+    const third = (await again.waitFor(token))[1] ?? "";
+    await again.waitFor(/Press Enter to try again/);
+    again.type("\u0003");
+    assert.equal(await again.exited, 130, again.screen());
+    assert.match(again.screen(), /proto: interrupted\n?$/);
+    writeProofFile(site.proofDir, third);
+    const submitted = await cliIn(home)(
+      "directory",
+      "register",
+      site.discoveryUrl,
+      "--directory",
+      env.directoryUrl,
+      "--submit",
+    );
+    assert.equal(submitted.code, 0, submitted.stderr);
+    assert.match(submitted.stdout, new RegExp(`^Re-registered ${site.did} at `));
   });
 
   test("an agent whose key is not linked: the error names `proto trust link` (exit 4)", async () => {

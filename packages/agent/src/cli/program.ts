@@ -7,6 +7,7 @@ import { acceptedAttestors, issuerOf } from "../accepted.js";
 import { type Account, getAccount, inviteOwner, type OwnerRecipient } from "../account.js";
 import { Agent } from "../agent.js";
 import {
+  type Challenge,
   checkDiscoveryUrl,
   DirectoryClient,
   type Listing,
@@ -16,7 +17,7 @@ import {
   type SubmitResult,
   writeProofFile,
 } from "../directory.js";
-import { AuthError, UsageError } from "../errors.js";
+import { AuthError, DirectoryError, UsageError } from "../errors.js";
 import { normaliseBaseUrl } from "../http.js";
 import { discoverService, ServiceClient } from "../service.js";
 import { AgentStore, type BindingRecord, defaultHome } from "../store.js";
@@ -626,7 +627,30 @@ function buildProgram(
         const client = directoryClient(env, options.directory);
         const home = new AgentStore(defaultHome(env));
         const url = checkDiscoveryUrl(discoveryUrl);
-        const fields = listingFields(options);
+        const next = `proto directory register ${url} --submit`;
+        const savePending = (challenge: Challenge, fields: ListingFields) =>
+          home.savePendingChallenge({ directory_url: client.url, discovery_url: url, ...challenge, ...fields });
+        const submit = async (challenge: Challenge, fields: ListingFields) => {
+          const result = await client.submit(
+            { discoveryUrl: url, challengeToken: challenge.challenge_token, ...fields },
+            context.signal,
+          );
+          home.deletePendingChallenge(client.url, url);
+          return result;
+        };
+        /**
+         * A submit that reached the directory used its challenge up (decisions §2), whatever it
+         * answered: the error is printed and a new challenge saved in its place, so the next
+         * attempt (Enter, or `--submit`) has a live one for the proof.
+         */
+        const renewAfter = async (error: unknown, fields: ListingFields): Promise<Challenge> => {
+          if (!(error instanceof DirectoryError) || BEFORE_CHALLENGE_USE.has(error.code)) throw error;
+          out.error(error);
+          const renewed = await client.challenge(url, context.signal);
+          savePending(renewed, fields);
+          return renewed;
+        };
+
         let result: SubmitResult;
         if (options.submit) {
           const pending = home.getPendingChallenge(client.url, url);
@@ -636,30 +660,54 @@ function buildProgram(
               `no saved challenge for ${url}: run register without --submit first`,
             );
           }
-          result = await client.submit(
-            { discoveryUrl: url, challengeToken: pending.challenge_token, ...savedFields(pending), ...fields },
-            context.signal,
-          );
-          home.deletePendingChallenge(client.url, url);
+          const fields = { ...savedFields(pending), ...listingFields(options) };
+          try {
+            result = await submit(pending, fields);
+          } catch (error) {
+            const renewed = await renewAfter(error, fields);
+            out.result({ pending: true, ...renewed, next }, [
+              "That challenge is used up; a new one is saved.",
+              "",
+              ...proofInstructions(renewed),
+              "",
+              `Then run: ${next}`,
+            ]);
+            setExit(exitCodeOf(error));
+            return;
+          }
         } else {
-          const challenge = await client.challenge(url, context.signal);
+          const fields = listingFields(options);
+          let challenge = await client.challenge(url, context.signal);
           if (options.proofDir !== undefined) {
             const path = writeProofFile(options.proofDir, challenge.challenge_token);
             out.event(
               { event: "proof_written", path, proof_url: challenge.proof_url },
               `Wrote the proof to ${path} (to be served at ${challenge.proof_url})`,
             );
+            result = await submit(challenge, fields);
           } else if (out.interactive && context.stdin.isTTY) {
+            // Saved before the wait: after Ctrl-C at the prompt, `--submit` finishes the job.
+            savePending(challenge, fields);
             out.result(undefined, [...proofInstructions(challenge), ""]);
             await waitForEnter(context, "Press Enter once it is published... ");
+            for (;;) {
+              try {
+                result = await submit(challenge, fields);
+                break;
+              } catch (error) {
+                challenge = await renewAfter(error, fields);
+                out.result(undefined, [
+                  "",
+                  "That challenge is used up; here is a new one, saved (so later, once it is published, `--submit` works too):",
+                  "",
+                  ...proofInstructions(challenge),
+                  "",
+                ]);
+                await waitForEnter(context, "Press Enter to try again once it is published (Ctrl-C to stop)... ");
+              }
+            }
           } else {
-            home.savePendingChallenge({
-              directory_url: client.url,
-              discovery_url: url,
-              ...challenge,
-              ...fields,
-            });
-            const next = `proto directory register ${url} --submit`;
+            savePending(challenge, fields);
             out.result({ pending: true, ...challenge, next }, [
               ...proofInstructions(challenge),
               "",
@@ -667,10 +715,6 @@ function buildProgram(
             ]);
             return;
           }
-          result = await client.submit(
-            { discoveryUrl: url, challengeToken: challenge.challenge_token, ...fields },
-            context.signal,
-          );
         }
         home.updateConfig({ directory_url: client.url });
         out.result(
@@ -771,6 +815,12 @@ function buildProgram(
 
   return program;
 }
+
+/**
+ * Submit refusals that leave the challenge unused: the body is checked, and the rate limit
+ * applied, before the directory consumes it (decisions §2).
+ */
+const BEFORE_CHALLENGE_USE = new Set(["invalid_request", "rate_limited"]);
 
 interface ListingFieldOptions {
   title?: string;
