@@ -1,6 +1,6 @@
 /** Entry point of the `proto` command (`bin/proto.js` imports the compiled form of this file). */
 
-import { describeError, EXIT, Interrupted } from "./cli/output.js";
+import { describeError, EXIT, errorLine, Interrupted } from "./cli/output.js";
 import { run } from "./cli/program.js";
 
 const controller = new AbortController();
@@ -8,8 +8,7 @@ process.once("SIGINT", () => controller.abort(new Interrupted()));
 
 // A failure that escapes every handler still ends as one line, never a stack trace.
 const fatal = (error: unknown) => {
-  const { code, message } = describeError(error);
-  process.stderr.write(`proto: ${code}: ${message}\n`);
+  process.stderr.write(`${errorLine(describeError(error))}\n`);
   process.exit(EXIT.server);
 };
 process.on("uncaughtException", fatal);

@@ -65,7 +65,9 @@ describe("proto CLI, happy path", () => {
     const linked = jsonOf(result);
     assert.equal(linked.binding_id, confirmed.json.binding_id);
     assert.equal(linked.attestor_url, env.trustUrl);
-    assert.ok(linked.binding_expires_at > Date.now() / 1000);
+    // Times in --json documents are ISO 8601.
+    assert.match(linked.binding_expires_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    assert.ok(Date.parse(linked.binding_expires_at) > Date.now());
   });
 
   test("trust token mints for a service DID, then answers from the cache; status shows both", async () => {

@@ -30,7 +30,8 @@ commands:
   trust [--port N] [--host ADDR]           the trust attestor (default port 8081)
   trust rotate-keys                        start a signing-key rotation now and exit
   all [--directory-port N] [--trust-port N] [--host ADDR] [--mirror-of URL]
-                                           both services (directory 8080, attestor 8081)
+                                           both services (directory 8080, attestor 8081);
+                                           --port is refused here: it would name one port for two
 
 --host defaults to 127.0.0.1 (this machine only), and to 0.0.0.0 when NODE_ENV=production.
 Configuration comes from the environment; see the README.`;
@@ -57,20 +58,59 @@ function defaultHost(): string {
   return isProductionEnv(process.env.NODE_ENV) ? "0.0.0.0" : "127.0.0.1";
 }
 
-/** `--mirror-of URL` is `DIRECTORY_MIRROR_OF=URL`, checked by the same rules. */
-async function startDirectory(listenPort: number, host: string, mirrorOf: string | undefined): Promise<Running> {
-  const env = mirrorOf === undefined ? process.env : { ...process.env, DIRECTORY_MIRROR_OF: mirrorOf };
-  const { buildDirectoryApp, readDirectoryConfig } = await directoryModules();
-  const directory = await buildDirectoryApp(readDirectoryConfig(env));
-  await directory.app.listen({ port: listenPort, host });
-  return { name: "directory", close: directory.close };
+/** A service whose configuration was read (and found valid), ready to be built and started. */
+interface Configured {
+  start(listenPort: number, host: string): Promise<Running>;
 }
 
-async function startTrust(listenPort: number, host: string): Promise<Running> {
+/** `--mirror-of URL` is `DIRECTORY_MIRROR_OF=URL`, checked by the same rules. */
+async function configureDirectory(mirrorOf: string | undefined): Promise<Configured> {
+  const env = mirrorOf === undefined ? process.env : { ...process.env, DIRECTORY_MIRROR_OF: mirrorOf };
+  const { buildDirectoryApp, readDirectoryConfig } = await directoryModules();
+  const config = readDirectoryConfig(env);
+  return {
+    async start(listenPort, host) {
+      const directory = await buildDirectoryApp(config);
+      await directory.app.listen({ port: listenPort, host });
+      return { name: "directory", close: directory.close };
+    },
+  };
+}
+
+async function configureTrust(): Promise<Configured> {
   const { buildTrustApp, readTrustConfig } = await trustModules();
-  const trust = await buildTrustApp(readTrustConfig());
-  await trust.app.listen({ port: listenPort, host });
-  return { name: "trust", close: trust.close };
+  const config = readTrustConfig();
+  return {
+    async start(listenPort, host) {
+      const trust = await buildTrustApp(config);
+      await trust.app.listen({ port: listenPort, host });
+      return { name: "trust", close: trust.close };
+    },
+  };
+}
+
+/**
+ * Both configurations are read before either service starts, and every problem of both is
+ * reported at once, each under its service's name: an operator fixes them in one pass.
+ */
+async function configureBoth(mirrorOf: string | undefined): Promise<[Configured, Configured]> {
+  const outcomes = await Promise.allSettled([configureDirectory(mirrorOf), configureTrust()]);
+  // A shared setting (NODE_ENV, PROTO_TEST_HOOKS, REDIS_URL) is reported once, not once per service.
+  const services = new Map<string, string[]>();
+  outcomes.forEach((outcome, i) => {
+    if (outcome.status === "fulfilled") return;
+    if (!(outcome.reason instanceof ConfigError)) throw outcome.reason;
+    for (const problem of outcome.reason.problems) {
+      services.set(problem, [...(services.get(problem) ?? []), i === 0 ? "directory" : "trust"]);
+    }
+  });
+  if (services.size > 0) {
+    throw new ConfigError(
+      [...services].map(([problem, names]) => (names.length > 1 ? problem : `${names[0]}: ${problem}`)),
+    );
+  }
+  const [directory, trust] = outcomes as [PromiseFulfilledResult<Configured>, PromiseFulfilledResult<Configured>];
+  return [directory.value, trust.value];
 }
 
 /** The operator's rotation: the same as the schedule and the test hook, then exit. */
@@ -127,18 +167,30 @@ async function main(argv: string[]): Promise<void> {
   if (mirrorOf !== undefined && command !== "directory" && command !== "all") {
     throw new UsageError("--mirror-of applies to the directory only");
   }
+  if (command === "all" && values.port !== undefined) {
+    throw new UsageError(
+      "--port does not apply to `all`, which runs two services: give --directory-port N and --trust-port N",
+    );
+  }
+  if (command !== "all" && (values["directory-port"] !== undefined || values["trust-port"] !== undefined)) {
+    throw new UsageError("--directory-port and --trust-port apply to `all` only: give --port N");
+  }
   const running: Running[] = [];
   switch (command) {
     case "directory":
-      running.push(await startDirectory(port(values.port, 8080), host, mirrorOf));
+      running.push(await (await configureDirectory(mirrorOf)).start(port(values.port, 8080), host));
       break;
     case "trust":
-      running.push(await startTrust(port(values.port, 8081), host));
+      running.push(await (await configureTrust()).start(port(values.port, 8081), host));
       break;
-    case "all":
-      running.push(await startDirectory(port(values["directory-port"], 8080), host, mirrorOf));
-      running.push(await startTrust(port(values["trust-port"], 8081), host));
+    case "all": {
+      const directoryPort = port(values["directory-port"], 8080);
+      const trustPort = port(values["trust-port"], 8081);
+      const [directory, trust] = await configureBoth(mirrorOf);
+      running.push(await directory.start(directoryPort, host));
+      running.push(await trust.start(trustPort, host));
       break;
+    }
     default:
       throw new UsageError(`unknown command ${JSON.stringify(command)}`);
   }

@@ -287,6 +287,63 @@ describe("proto-server refuses bad configuration and usage", () => {
     }
   });
 
+  test("all --port is refused (exit 2), naming the flags that do set its ports", {
+    timeout: TEST_TIMEOUT_MS,
+  }, async () => {
+    const server = run(["all", "--port", "8090"], {});
+    const exit = await server.exited;
+    const { stderr } = server.output();
+    assert.deepEqual(exit, { code: 2, signal: null }, stderr);
+    assert.match(
+      stderr,
+      /^proto-server: --port does not apply to `all`, which runs two services: give --directory-port N and --trust-port N\n/,
+    );
+    assert.match(stderr, /usage: proto-server/);
+    assert.doesNotMatch(stderr, /listening/i, "nothing was started");
+    // And the other way round: a single service has one port.
+    const single = run(["trust", "--trust-port", "8090"], {});
+    assert.deepEqual(await single.exited, { code: 2, signal: null });
+    assert.match(
+      single.output().stderr,
+      /^proto-server: --directory-port and --trust-port apply to `all` only: give --port N\n/,
+    );
+  });
+
+  test("all reports every configuration problem of both services at once, then exits 2", {
+    timeout: TEST_TIMEOUT_MS,
+  }, async () => {
+    const server = run(
+      ["all", "--directory-port", String(await freePort()), "--trust-port", String(await freePort())],
+      {
+        NODE_ENV: "production",
+        PROTO_TEST_HOOKS: "1",
+        DIRECTORY_DATABASE_URL: "mysql://x",
+      },
+    );
+    const exit = await server.exited;
+    const { stderr } = server.output();
+    assert.deepEqual(exit, { code: 2, signal: null }, stderr);
+    const problems = stderr.split("\n").filter((line) => line.startsWith("  - "));
+    // The shared setting once, then each service's own, under its name.
+    assert.equal(problems.filter((line) => /PROTO_TEST_HOOKS/.test(line)).length, 1, stderr);
+    assert.ok(
+      problems.some((line) => /^ {2}- directory: DIRECTORY_DATABASE_URL .*mysql:\/\/x/.test(line)),
+      stderr,
+    );
+    assert.ok(
+      problems.some((line) => /^ {2}- directory: DIRECTORY_PUBLIC_URL/.test(line)),
+      stderr,
+    );
+    for (const name of ["TRUST_PUBLIC_URL", "TRUST_KEY_ENCRYPTION_KEY", "TRUST_PSEUDONYM_KEY"]) {
+      assert.ok(
+        problems.some((line) => line.startsWith(`  - trust: ${name}`)),
+        `${name}:\n${stderr}`,
+      );
+    }
+    assert.equal(stderr.match(/invalid configuration/g)?.length, 1, "one report, one exit");
+    assert.doesNotMatch(stderr, /listening/i);
+  });
+
   test("--help prints the usage and exits 0", { timeout: TEST_TIMEOUT_MS }, async () => {
     const server = run(["--help"], {});
     const exit = await server.exited;

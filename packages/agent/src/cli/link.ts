@@ -29,6 +29,12 @@ export function canOpenBrowser(wanted: boolean, out: Output, env: NodeJS.Process
   return true;
 }
 
+/** A link URL only this machine can open (the attestor runs here, in development). */
+export function isLoopback(url: string): boolean {
+  const host = new URL(url).hostname;
+  return host === "localhost" || host.endsWith(".localhost") || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
 export async function runLink(
   attestor: AttestorClient,
   options: LinkCommandOptions,
@@ -60,6 +66,12 @@ export async function runLink(
         `  ${request.link_url}`,
         "",
         qr.trimEnd(),
+        ...(isLoopback(request.link_url)
+          ? [
+              "This link points to this machine: a phone that scans the QR code cannot open it.",
+              "Open it in a browser here.",
+            ]
+          : []),
         "",
       ],
     );

@@ -1,5 +1,5 @@
 /** How the CLI writes: one JSON document on stdout with `--json`, readable text otherwise; errors on one line. */
-import { AgentError, type ErrorKind, ServerError } from "../errors.js";
+import { AgentError, AttestorError, type ErrorKind, ServerError } from "../errors.js";
 import { oneLine } from "../http.js";
 
 /** Exit codes (documented in the README). */
@@ -55,14 +55,38 @@ export function describeError(error: unknown): {
   if (error instanceof ServerError) {
     return {
       code: error.code,
-      message: oneLine(error.message),
+      message: oneLine(forPeople(error) ?? error.message),
       status: error.status,
       ...(error.retryAfter === undefined ? {} : { retry_after: error.retryAfter }),
     };
   }
-  if (error instanceof AgentError) return { code: error.code, message: oneLine(error.message) };
+  if (error instanceof AgentError) return { code: error.code, message: oneLine(forPeople(error) ?? error.message) };
   const message = error instanceof Error ? error.message : String(error);
   return { code: "internal_error", message: oneLine(message) };
+}
+
+/**
+ * The attestor's own words where they leave a person at a loss, said in the CLI's: a link request
+ * that ends in 410 may just as well have been declined (the attestor does not tell the agent), and
+ * the token endpoint's 401 means this key has no binding there. Other messages stay the server's.
+ */
+function forPeople(error: AgentError): string | undefined {
+  if (error.code === "link_request_expired") {
+    return "the link was not confirmed: the person may have declined it, or the request expired before they confirmed it";
+  }
+  const token = "/v1/token";
+  if (error instanceof AttestorError && error.code === "unauthorized" && error.url.endsWith(token)) {
+    const attestor = error.url.slice(0, -token.length);
+    return `this agent's key is not linked to a person at ${attestor}: run \`proto trust link --attestor ${attestor}\` to link it`;
+  }
+  return undefined;
+}
+
+/** The error's line on stderr: `proto: code: message`, or `proto: interrupted` for Ctrl-C (nothing more to say). */
+export function errorLine(described: { code: string; message: string }): string {
+  return described.code === described.message
+    ? `proto: ${described.code}`
+    : `proto: ${described.code}: ${described.message}`;
 }
 
 /**
@@ -76,6 +100,7 @@ const NEXT_STEPS: Record<string, string> = {
   binding_revoked:
     "the person revoked this agent's link at the attestor: run `proto trust link` again to be linked anew",
   binding_expired: "the link to the person lapsed unused: run `proto trust link` again",
+  link_request_expired: "run `proto trust link` to start a new link request, and ask the person to confirm it",
 };
 
 /** The next step for a refusal code, if there is one to give. */
@@ -121,10 +146,15 @@ export class Output {
     if (!this.json) this.stderr.write(`${text}\n`);
   }
 
+  /** A warning a person must see even with `--json` (stderr never mixes into the JSON document). */
+  warn(text: string): void {
+    this.stderr.write(`${text}\n`);
+  }
+
   /** `proto: code: message` on stderr; with `--json` also `{"error": {...}}` as the stdout document. */
   error(error: unknown): void {
     const described = describeError(error);
-    this.stderr.write(`proto: ${described.code}: ${described.message}\n`);
+    this.stderr.write(`${errorLine(described)}\n`);
     const next = nextStepFor(described.code);
     if (next !== undefined) this.stderr.write(`proto: ${next}\n`);
     if (this.json) this.errorDocument(error);

@@ -3,10 +3,11 @@ import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { isDidSyntax } from "@proto/protocol";
 import { Command, CommanderError, Option } from "commander";
-import { issuerOf } from "../accepted.js";
+import { acceptedAttestors, issuerOf } from "../accepted.js";
 import { type Account, getAccount, inviteOwner, type OwnerRecipient } from "../account.js";
 import { Agent } from "../agent.js";
 import {
+  type Challenge,
   checkDiscoveryUrl,
   DirectoryClient,
   type Listing,
@@ -16,11 +17,12 @@ import {
   type SubmitResult,
   writeProofFile,
 } from "../directory.js";
-import { UsageError } from "../errors.js";
+import { AuthError, DirectoryError, UsageError } from "../errors.js";
 import { normaliseBaseUrl } from "../http.js";
 import { discoverService, ServiceClient } from "../service.js";
 import { AgentStore, type BindingRecord, defaultHome } from "../store.js";
 import { TokenCache } from "../token-cache.js";
+import { attestationDocument, bindingDocument, isoTime, subjectOf } from "./documents.js";
 import { runLink } from "./link.js";
 import { EXIT, exitCodeOf, Interrupted, nextStepFor, Output, table } from "./output.js";
 
@@ -147,7 +149,7 @@ function buildProgram(
         key_file: a.store.keyPath,
         attestor_url: attestorUrl ?? null,
         directory_url: a.directoryUrl() ?? null,
-        binding: binding ?? null,
+        binding: binding === undefined ? null : bindingDocument(binding),
         attestors: bindings.map((b) => ({ attestor_url: b.attestor_url, iss: b.iss ?? null, state: b.state })),
       },
       [
@@ -169,7 +171,7 @@ function buildProgram(
       const out = makeOutput(options.json === true);
       const identity = agent().identity;
       const exported = options.private ? identity.exportPrivate() : identity.exportPublic();
-      if (options.private) out.note("warning: this output contains the agent's private key");
+      if (options.private) out.warn("warning: this output contains the agent's private key; keep it secret");
       out.result(exported, JSON.stringify(exported, null, 2));
     });
   leaf(keys, "rotate", "replace the key with a new one; the old key is kept in the archive").action(
@@ -201,6 +203,16 @@ function buildProgram(
         const out = makeOutput(options.json === true);
         const a = agent();
         const attestor = a.attestor(options.attestor);
+        const current = a.store.getBinding(attestor.url, a.did);
+        if (current !== undefined && current.state === "active" && !lapsed(current)) {
+          out.event({ event: "already_linked", attestor_url: attestor.url, binding_id: current.binding_id }, [
+            `This agent is already linked at ${attestor.url} (binding ${current.binding_id ?? "(id unknown)"}).`,
+            "Confirming this new request replaces that link: the attestor revokes the current binding and issues a",
+            "new one. Only the person it is linked to can confirm; until they do, the current link keeps working",
+            "(Ctrl-C keeps it as it is).",
+            "",
+          ]);
+        }
         const binding = await runLink(
           attestor,
           {
@@ -218,7 +230,7 @@ function buildProgram(
             agent_did: a.did,
             attestor_url: attestor.url,
             binding_id: binding.binding_id,
-            binding_expires_at: binding.binding_expires_at,
+            binding_expires_at: isoTime(binding.binding_expires_at),
             attestors: others.length + 1,
           },
           [
@@ -245,7 +257,7 @@ function buildProgram(
       }
       const attestor = agent().attestor(options.attestor);
       const token = await attestor.token(serviceDid, { fresh: options.fresh === true, signal: context.signal });
-      out.result(token, token.jwt);
+      out.result(attestationDocument(token), token.jwt);
       out.note(
         `(${token.cached ? "cached" : "minted"} by ${token.iss ?? "?"} at ${token.attestor_url}; expires ${isoOf(token.expires_at)}; verification ${token.verification})`,
       );
@@ -259,11 +271,7 @@ function buildProgram(
       const attestorUrl = a.attestorUrl(options.attestor);
       const now = Date.now() / 1000;
       const stateOf = (b: BindingRecord) =>
-        b.agent_did !== a.did
-          ? "orphaned"
-          : b.state === "active" && b.binding_expires_at !== 0 && b.binding_expires_at <= now
-            ? "expired"
-            : b.state;
+        b.agent_did !== a.did ? "orphaned" : b.state === "active" && lapsed(b, now) ? "expired" : b.state;
       const all = a.store.listBindings();
       const bindings = all.map((b) => ({
         attestor_url: b.attestor_url,
@@ -301,7 +309,7 @@ function buildProgram(
               b.iss ?? "(not learned yet)",
               b.binding_id ?? "(id unknown)",
               b.state,
-              b.binding_expires_at === 0 ? "-" : isoOf(b.binding_expires_at),
+              lapseColumn(b.state, b.binding_expires_at),
             ]),
           ]),
           "",
@@ -309,6 +317,14 @@ function buildProgram(
         );
         if (bindings.some((b) => b.state === "orphaned")) {
           lines.push("orphaned: linked with an earlier key of this agent; never used (link again).");
+        }
+        if (bindings.some((b) => b.state === "revoked")) {
+          lines.push("revoked: the person ended this link; `proto trust link --attestor URL` asks them to link again.");
+        }
+        if (bindings.some((b) => b.state === "expired")) {
+          lines.push(
+            "expired: the link lapsed unused; `proto trust link --attestor URL` asks the person to link again.",
+          );
         }
       }
       if (tokens.length > 0) {
@@ -326,7 +342,14 @@ function buildProgram(
         );
       }
       out.result(
-        { agent_did: a.did, attestor_url: attestorUrl ?? null, state, binding: binding ?? null, bindings, tokens },
+        {
+          agent_did: a.did,
+          attestor_url: attestorUrl ?? null,
+          state,
+          binding: binding === undefined ? null : bindingDocument(binding),
+          bindings: bindings.map((b) => ({ ...b, binding_expires_at: isoTime(b.binding_expires_at) })),
+          tokens: tokens.map((t) => ({ ...t, expires_at: isoTime(t.expires_at) })),
+        },
         lines,
       );
     });
@@ -508,6 +531,79 @@ function buildProgram(
       },
     );
 
+  // --- owner ---
+
+  const owner = program
+    .command("owner")
+    .description("invite the person who will own this agent's account at a service");
+  leaf(owner, "invite", "send the owner invitation to the endpoint the service's discovery document names")
+    .argument("<service-url>", "the service: any https URL on it")
+    .option("--email <address>", "invite by e-mail: the service mails them the claim link")
+    .option("--oidc", "invite the person this agent is linked to: they sign in at the attestor to claim")
+    .option("--redirect-url <url>", "where the service sends the person after the claim (its allow-list decides)")
+    .option("--attestor <attestor>", ATTESTOR_HELP)
+    .action(
+      async (
+        url: string,
+        options: CommonOptions & { email?: string; oidc?: boolean; redirectUrl?: string; attestor?: string },
+      ) => {
+        const out = makeOutput(options.json === true);
+        if ((options.email === undefined) === (options.oidc !== true)) {
+          throw new UsageError("invalid_argument", "give exactly one recipient: --email ADDRESS or --oidc");
+        }
+        const a = agent();
+        const client = await a.service(url, { attestorUrl: options.attestor, signal: context.signal });
+        let recipient: OwnerRecipient;
+        let person: string;
+        if (options.email !== undefined) {
+          recipient = { email: options.email };
+          person = options.email;
+        } else {
+          // The attestor names the person to this service by a pairwise pseudonym, the sub_h of the
+          // agent's attestations for it; signing in there with that attestor gives the same subject.
+          const attestors = a.attestors(options.attestor);
+          if (attestors === undefined) {
+            throw new UsageError(
+              "no_attestor",
+              "--oidc needs a linked attestor: run `proto trust link --attestor URL`",
+            );
+          }
+          const token = await attestors.attestationFor(
+            client.discovery.did,
+            acceptedAttestors(client.discovery.document.billing),
+            { signal: context.signal },
+          );
+          const sub = subjectOf(token.jwt);
+          if (sub === null) {
+            throw new AuthError(
+              "no_subject",
+              `the attestation from ${token.attestor_url} names no person (no sub_h): link this agent with \`proto trust link\``,
+            );
+          }
+          recipient = { recipient: { type: "oidc", value: { issuer: token.attestor_url, sub } } };
+          person = `the person this agent is linked to at ${token.attestor_url}`;
+        }
+        const invitation = await inviteOwner(client, recipient, {
+          ...(options.redirectUrl === undefined ? {} : { redirectUrl: options.redirectUrl }),
+          signal: context.signal,
+        });
+        out.result(
+          {
+            ...invitation,
+            service_did: client.discovery.did,
+            recipient: "recipient" in recipient ? recipient.recipient : { type: "email", value: recipient.email },
+          },
+          [
+            `Invited ${person} to own this agent's account at ${client.discovery.origin}`,
+            `  invitation ${invitation.invitation_id}; the account is ${invitation.state} until ${invitation.expires_at}`,
+            invitation.claim_url === undefined
+              ? "  the service mails the claim link to them itself"
+              : `  hand them this link to claim it: ${invitation.claim_url}`,
+          ],
+        );
+      },
+    );
+
   // --- directory ---
 
   const directory = program.command("directory").description("list a service in the directory, and read it");
@@ -531,7 +627,30 @@ function buildProgram(
         const client = directoryClient(env, options.directory);
         const home = new AgentStore(defaultHome(env));
         const url = checkDiscoveryUrl(discoveryUrl);
-        const fields = listingFields(options);
+        const next = `proto directory register ${url} --submit`;
+        const savePending = (challenge: Challenge, fields: ListingFields) =>
+          home.savePendingChallenge({ directory_url: client.url, discovery_url: url, ...challenge, ...fields });
+        const submit = async (challenge: Challenge, fields: ListingFields) => {
+          const result = await client.submit(
+            { discoveryUrl: url, challengeToken: challenge.challenge_token, ...fields },
+            context.signal,
+          );
+          home.deletePendingChallenge(client.url, url);
+          return result;
+        };
+        /**
+         * A submit that reached the directory used its challenge up (decisions §2), whatever it
+         * answered: the error is printed and a new challenge saved in its place, so the next
+         * attempt (Enter, or `--submit`) has a live one for the proof.
+         */
+        const renewAfter = async (error: unknown, fields: ListingFields): Promise<Challenge> => {
+          if (!(error instanceof DirectoryError) || BEFORE_CHALLENGE_USE.has(error.code)) throw error;
+          out.error(error);
+          const renewed = await client.challenge(url, context.signal);
+          savePending(renewed, fields);
+          return renewed;
+        };
+
         let result: SubmitResult;
         if (options.submit) {
           const pending = home.getPendingChallenge(client.url, url);
@@ -541,30 +660,54 @@ function buildProgram(
               `no saved challenge for ${url}: run register without --submit first`,
             );
           }
-          result = await client.submit(
-            { discoveryUrl: url, challengeToken: pending.challenge_token, ...savedFields(pending), ...fields },
-            context.signal,
-          );
-          home.deletePendingChallenge(client.url, url);
+          const fields = { ...savedFields(pending), ...listingFields(options) };
+          try {
+            result = await submit(pending, fields);
+          } catch (error) {
+            const renewed = await renewAfter(error, fields);
+            out.result({ pending: true, ...renewed, next }, [
+              "That challenge is used up; a new one is saved.",
+              "",
+              ...proofInstructions(renewed),
+              "",
+              `Then run: ${next}`,
+            ]);
+            setExit(exitCodeOf(error));
+            return;
+          }
         } else {
-          const challenge = await client.challenge(url, context.signal);
+          const fields = listingFields(options);
+          let challenge = await client.challenge(url, context.signal);
           if (options.proofDir !== undefined) {
             const path = writeProofFile(options.proofDir, challenge.challenge_token);
             out.event(
               { event: "proof_written", path, proof_url: challenge.proof_url },
               `Wrote the proof to ${path} (to be served at ${challenge.proof_url})`,
             );
+            result = await submit(challenge, fields);
           } else if (out.interactive && context.stdin.isTTY) {
+            // Saved before the wait: after Ctrl-C at the prompt, `--submit` finishes the job.
+            savePending(challenge, fields);
             out.result(undefined, [...proofInstructions(challenge), ""]);
             await waitForEnter(context, "Press Enter once it is published... ");
+            for (;;) {
+              try {
+                result = await submit(challenge, fields);
+                break;
+              } catch (error) {
+                challenge = await renewAfter(error, fields);
+                out.result(undefined, [
+                  "",
+                  "That challenge is used up; here is a new one, saved (so later, once it is published, `--submit` works too):",
+                  "",
+                  ...proofInstructions(challenge),
+                  "",
+                ]);
+                await waitForEnter(context, "Press Enter to try again once it is published (Ctrl-C to stop)... ");
+              }
+            }
           } else {
-            home.savePendingChallenge({
-              directory_url: client.url,
-              discovery_url: url,
-              ...challenge,
-              ...fields,
-            });
-            const next = `proto directory register ${url} --submit`;
+            savePending(challenge, fields);
             out.result({ pending: true, ...challenge, next }, [
               ...proofInstructions(challenge),
               "",
@@ -572,10 +715,6 @@ function buildProgram(
             ]);
             return;
           }
-          result = await client.submit(
-            { discoveryUrl: url, challengeToken: challenge.challenge_token, ...fields },
-            context.signal,
-          );
         }
         home.updateConfig({ directory_url: client.url });
         out.result(
@@ -677,6 +816,12 @@ function buildProgram(
   return program;
 }
 
+/**
+ * Submit refusals that leave the challenge unused: the body is checked, and the rate limit
+ * applied, before the directory consumes it (decisions §2).
+ */
+const BEFORE_CHALLENGE_USE = new Set(["invalid_request", "rate_limited"]);
+
 interface ListingFieldOptions {
   title?: string;
   description?: string;
@@ -774,6 +919,17 @@ function waitForEnter(context: RunContext, prompt: string): Promise<void> {
       rl.close();
     });
   });
+}
+
+/** Whether an active binding's inactivity deadline has passed (0: the deadline is not known). */
+function lapsed(binding: BindingRecord, now = Date.now() / 1000): boolean {
+  return binding.binding_expires_at !== 0 && binding.binding_expires_at <= now;
+}
+
+/** The LAPSES column: a deadline only where one still applies; a revoked link lapses no more. */
+function lapseColumn(state: string, expiresAt: number): string {
+  if (expiresAt === 0 || state === "revoked") return "-";
+  return state === "expired" ? `lapsed ${isoOf(expiresAt)}` : `${isoOf(expiresAt)} unless used`;
 }
 
 function isoOf(unixSeconds: number): string {
