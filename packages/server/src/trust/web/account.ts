@@ -10,7 +10,7 @@ import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
 import { serviceName } from "./service-names.js";
-import type { SessionManager } from "./session.js";
+import type { HumanSession, SessionManager } from "./session.js";
 
 export interface AccountDeps {
   service: TrustService;
@@ -221,6 +221,16 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
   const wbaUrl = wbaDirectoryUrl(deps.publicUrl);
   const wbaHost = new URL(deps.publicUrl).host;
 
+  /**
+   * The guard of every account form: refused when it came from another site, sent to sign-in
+   * when signed out; otherwise the person's session.
+   */
+  async function accountForm(request: FastifyRequest, reply: FastifyReply): Promise<HumanSession | FastifyReply> {
+    const refused = crossOrigin(request, reply, publicOrigin);
+    if (refused !== undefined) return refused;
+    return (await sessions.current(request)) ?? reply.redirect("/signin?next=%2Faccount", 303);
+  }
+
   app.get("/account", async (request, reply) => {
     const session = await sessions.current(request);
     if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
@@ -310,10 +320,8 @@ ${connectedServices(connected, csrf)}
       preHandler: app.csrfProtection,
     },
     async (request, reply) => {
-      const refused = crossOrigin(request, reply, publicOrigin);
-      if (refused !== undefined) return refused;
-      const session = await sessions.current(request);
-      if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+      const session = await accountForm(request, reply);
+      if (!("humanId" in session)) return session;
       try {
         await service.revokeBinding(request.params.id, session.humanId);
       } catch (error) {
@@ -331,10 +339,8 @@ ${connectedServices(connected, csrf)}
       preHandler: app.csrfProtection,
     },
     async (request, reply) => {
-      const refused = crossOrigin(request, reply, publicOrigin);
-      if (refused !== undefined) return refused;
-      const session = await sessions.current(request);
-      if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+      const session = await accountForm(request, reply);
+      if (!("humanId" in session)) return session;
       const clientId = request.body.client_id;
       const serviceDid = await consents.withdrawConsent(service.database.db, session.humanId, clientId);
       if (serviceDid === undefined) {
@@ -359,10 +365,8 @@ ${connectedServices(connected, csrf)}
         preHandler: app.csrfProtection,
       },
       async (request, reply) => {
-        const refused = crossOrigin(request, reply, publicOrigin);
-        if (refused !== undefined) return refused;
-        const session = await sessions.current(request);
-        if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+        const session = await accountForm(request, reply);
+        if (!("humanId" in session)) return session;
         const { aud } = request.body;
         try {
           await service.setServiceSuspended(request.params.id, session.humanId, aud, action === "suspend");
@@ -390,10 +394,8 @@ ${connectedServices(connected, csrf)}
         preHandler: app.csrfProtection,
       },
       async (request, reply) => {
-        const refused = crossOrigin(request, reply, publicOrigin);
-        if (refused !== undefined) return refused;
-        const session = await sessions.current(request);
-        if (session === undefined) return reply.redirect("/signin?next=%2Faccount", 303);
+        const session = await accountForm(request, reply);
+        if (!("humanId" in session)) return session;
         const onward = html`<p><a class="button" href="/account">Go to your account</a></p>`;
         try {
           await service.setWbaPublished(request.params.id, session.humanId, action === "publish");
