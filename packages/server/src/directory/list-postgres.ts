@@ -2,6 +2,7 @@
  * Listing and search on PostgreSQL: see listPostgres and searchPostgres.
  */
 import { sql } from "kysely";
+import { PREPARE_ALWAYS } from "../platform/database.js";
 import type { Position } from "./cursor.js";
 import { escapeLike, type ListedRow, type ListQuery } from "./list-query.js";
 import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
@@ -26,7 +27,12 @@ export async function listPostgres(db: Db, query: ListQuery): Promise<ListedRow[
       await sql.raw(`begin isolation level repeatable read read only; ${settings}`).execute(connection);
       try {
         const rows = await searchPostgres(connection, query, search, db);
-        await sql.raw("commit").execute(connection);
+        // Not awaited: a read-only transaction's commit cannot change the page, and the
+        // connection runs it before the next statement anyone sends on it.
+        sql
+          .raw("commit")
+          .execute(connection)
+          .catch(() => undefined);
         return rows;
       } catch (error) {
         await sql
@@ -271,7 +277,7 @@ async function pgQuickScan(db: Db, query: ListQuery, search: PgSearch, wide = fa
     mc: number;
     mst: number;
     body: string | null;
-  }>`select d.wide, d.total, v.id, v.updated_at, v.service_did, v.hit, v.rn, v.ms, v.mc, v.mst, l.body
+  }>`${sql.raw(PREPARE_ALWAYS)} select d.wide, d.total, v.id, v.updated_at, v.service_did, v.hit, v.rn, v.ms, v.mc, v.mst, l.body
     from (select exists (select 1 from dir_listings where search_wide) as wide,
       (select greatest(reltuples, 0)::float8 from pg_class where oid = 'dir_listings'::regclass) as total) as d
     left join lateral (

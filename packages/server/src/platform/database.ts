@@ -143,6 +143,13 @@ function openPostgres(
 }
 
 const MAX_NAMED_STATEMENTS = 500;
+
+/**
+ * Leading comment of a statement to prepare even in a store that does not prepare (see
+ * `prepareStatements`): for a statement whose plan is the same whatever its parameters, so that
+ * planning it at every run (a millisecond for a large one) is wasted.
+ */
+export const PREPARE_ALWAYS = "/* prepared */";
 const statementNames = new Map<string, string>();
 // `select *`, `b.*`, `returning *`: a result whose columns are not spelled out.
 const STAR_RESULT = /(?:^|[\s,.(])\*(?=[\s,)]|$)/;
@@ -182,7 +189,8 @@ function callbackQueries(pool: pg.Pool, prepare: boolean): PostgresPool {
       const query = {
         text: sqlOrCursor,
         values: parameters as unknown[],
-        name: prepare ? statementName(sqlOrCursor, parameters) : undefined,
+        name:
+          prepare || sqlOrCursor.startsWith(PREPARE_ALWAYS) ? statementName(sqlOrCursor, parameters) : undefined,
       };
       return new Promise<PostgresQueryResult<unknown>>((resolve, reject) => {
         client.query(query, (error: Error | null, result: unknown) =>
