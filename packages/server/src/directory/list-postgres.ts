@@ -92,6 +92,8 @@ const PG_FEW_SEEN = 3;
 const PG_FEW_STATUS = 0.2;
 /** A tag this small is walked in list order; a larger one's size is the planner's estimate. */
 const PG_SMALL_TAG = 1_000;
+/** How far above PG_SMALL_TAG the statistics must put a tag for its size not to be counted. */
+const PG_SURELY_LARGE = 4;
 /** The most candidates taken from the GIN indexes at once, sorted into list order. */
 const PG_CANDIDATE_CAP = 2_500;
 /**
@@ -582,13 +584,14 @@ async function searchPostgres(db: Db, query: ListQuery, term: string, statsKey: 
   const need = limit - first.length;
   const range: PgRange = { after: quick.stop, since: query.updatedSince };
   let tagSize: number | undefined;
-  if (tag !== undefined) {
+  const stats = await pgStats(db, statsKey);
+  // A tag among the commonest, sampled well above the bound, is not counted (a millisecond).
+  if (tag !== undefined && (stats.tags.get(tag) ?? 0) < PG_SMALL_TAG * PG_SURELY_LARGE) {
     const counted = await sql<{ n: number }>`select count(*)::int as n from (select 1 from dir_listing_tags
       where tag = ${tag} limit ${PG_SMALL_TAG + 1}) as t`.execute(db);
     tagSize = counted.rows[0]?.n ?? 0;
     if (tagSize <= PG_SMALL_TAG) return [...first, ...(await pgTagWalk(db, query, search, tag, range, need))];
   }
-  const stats = await pgStats(db, statsKey);
   if (tag !== undefined) tagSize = Math.max(stats.tags.get(tag) ?? stats.otherTag, PG_SMALL_TAG + 1);
   const rows = Math.max(quick.total, PG_QUICK_SCAN);
   // Shares of the rows seen (half a row added: none seen is not none there).
