@@ -329,8 +329,10 @@ for (const variant of STORE_VARIANTS) {
         const admin = new pg.Client({ connectionString: POSTGRES_URL });
         await admin.connect();
         try {
+          // Waits (up to 5 s each) for the backends to be gone, as they are once a restart is
+          // over: a request racing a termination still in progress may fairly get a 503.
           const terminated = await admin.query(
-            "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
+            "select pg_terminate_backend(pid, 5000) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
             [new URL(h.databaseUrl).pathname.slice(1)],
           );
           assert.ok((terminated.rowCount ?? 0) >= 1);
