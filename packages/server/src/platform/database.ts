@@ -189,8 +189,7 @@ function callbackQueries(pool: pg.Pool, prepare: boolean): PostgresPool {
       const query = {
         text: sqlOrCursor,
         values: parameters as unknown[],
-        name:
-          prepare || sqlOrCursor.startsWith(PREPARE_ALWAYS) ? statementName(sqlOrCursor, parameters) : undefined,
+        name: prepare || sqlOrCursor.startsWith(PREPARE_ALWAYS) ? statementName(sqlOrCursor, parameters) : undefined,
       };
       return new Promise<PostgresQueryResult<unknown>>((resolve, reject) => {
         client.query(query, (error: Error | null, result: unknown) =>
