@@ -6,6 +6,7 @@ import { PREPARE_ALWAYS } from "../platform/database.js";
 import type { Position } from "./cursor.js";
 import { escapeLike, type ListedRow, type ListQuery } from "./list-query.js";
 import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
+import { PG_DAY_MS, PG_HOUR_MS, PG_KEY_MARK } from "./migrations.js";
 import type { Db } from "./store.js";
 
 // ---- listing on PostgreSQL ---------------------------------------------------------------
@@ -94,13 +95,13 @@ const PG_FEW_STATUS = 0.2;
 const PG_SMALL_TAG = 1_000;
 /** How far above PG_SMALL_TAG the statistics must put a tag for its size not to be counted. */
 const PG_SURELY_LARGE = 4;
-/** The most candidates taken from the GIN indexes at once, sorted into list order. */
+/** The most candidates taken from the keys index at once, sorted into list order. */
 const PG_CANDIDATE_CAP = 2_500;
 /**
  * Costs in microseconds, as measured on a million listings: a row of a scan of
  * `dir_listings_search_scan` (tested), a row of a tag's index, a table row read at random (a
  * candidate, or a listing of a tag walked), a tag lookup, an entry of a GIN index's bitmap (for a
- * search, for a tag), and an entry of a bitmap of a list-order range. The scan's was 0.8; measured
+ * search, for a tag), and an entry of a window's keys (its hours and days). The scan's was 0.8; measured
  * again (10,000 rows in 4.2 ms) and tried on pages of searches with 0.3% to 1% of listings
  * matching, 0.45 chose the scan where 0.8 chose a window ten times too wide after a sample of 600
  * rows with too few matches (p90 of 370 pages 8.6 ms against 10.3).
@@ -120,47 +121,48 @@ const PG_WINDOW_MARGIN = 3;
 const PG_WINDOW_EXACT_MARGIN = 2;
 const PG_WINDOW_GROWTH = 2;
 const PG_WINDOWS = 4;
+/** Past this many days, a window's keys would narrow the search's too little to be worth reading. */
+const PG_WINDOW_MAX_DAYS = 120;
 
 interface PgSearch {
   /** The term lowercased as JavaScript does it (the columns are lowercased by PostgreSQL). */
   needle: string;
   /** `LIKE` pattern for the needle, `%`, `_` and `\` escaped. */
   pattern: string;
-  /** Characters and adjacent pairs the needle holds: what `dir_search_grams` of a match holds. */
-  grams: string[];
-  /** One or two characters: holding its gram is matching. */
-  exact: boolean;
-  /** A run of three letters or digits: the trigram indexes find its candidates. */
-  trigram: boolean;
   /**
-   * What the GIN indexes' candidates hold, as substrings (one list per column tested apart), when
-   * that is looser than the search itself: the needle's runs of letters and digits for trigrams,
-   * its character pairs for grams.
+   * The search keys a match holds (see `dir_search_keys`): the needle itself when it has one,
+   * two or four characters; its two pairs when three; its pieces of four when longer.
    */
-  loose: { pieces: string[]; perColumn: boolean } | undefined;
+  keys: string[];
+  /** Holding its keys is matching (the needle is one key). */
+  exact: boolean;
+  /**
+   * What the index's candidates hold, as substrings of either column, when that is looser than
+   * the search itself by more than chance: a three-character needle's pairs. (A longer needle's
+   * pieces of four are taken to be the needle.)
+   */
+  loose: string[] | undefined;
 }
 
 function pgSearch(term: string): PgSearch {
   const needle = term.toLowerCase();
   const chars = [...needle];
-  const exact = chars.length <= 2;
-  const trigram = /[\p{L}\p{N}]{3}/u.test(needle);
-  let grams: string[];
-  if (exact) grams = chars.length === 0 ? [] : [chars.join("")];
-  else grams = [...new Set(chars.slice(1).map((c, i) => `${chars[i]}${c}`))];
-  let loose: PgSearch["loose"];
-  if (trigram) {
-    const runs = needle.match(/[\p{L}\p{N}]+/gu) ?? [];
-    if (runs.length !== 1 || runs[0] !== needle) loose = { pieces: runs, perColumn: true };
-  } else if (!exact) loose = { pieces: grams, perColumn: false };
-  return { needle, pattern: `%${escapeLike(needle)}%`, grams, exact, trigram, loose };
+  const pieces = (size: number) =>
+    [...new Set(chars.slice(size - 1).map((_, i) => chars.slice(i, i + size).join("")))];
+  const exact = chars.length <= 2 || chars.length === 4;
+  let keys: string[];
+  if (chars.length === 0) keys = [];
+  else if (exact) keys = [needle];
+  else if (chars.length === 3) keys = pieces(2);
+  else keys = pieces(4);
+  const loose = chars.length === 3 ? keys : undefined;
+  return { needle, pattern: `%${escapeLike(needle)}%`, keys, exact, loose };
 }
 
 /**
  * The search on the lowered columns of `alias`: exactly `lower(column) LIKE '%term%'`, written
  * as whichever test is quicker in a scan (`strpos` skips ahead by the term's length, `LIKE` by a
- * character). On table rows it is always `strpos`, so the planner cannot take the test for a use
- * of the trigram indexes.
+ * character).
  */
 const pgMatches = (alias: string, search: PgSearch) =>
   search.needle.length >= 5
@@ -170,15 +172,13 @@ function pgChecked(alias: string, search: PgSearch) {
   return sql<boolean>`(strpos(${sql.ref(`${alias}.title_lower`)}, ${search.needle}) > 0 or strpos(${sql.ref(`${alias}.description_lower`)}, ${search.needle}) > 0)`;
 }
 
-/** Whether the row of `alias` is among the GIN indexes' candidates for the search (see `loose`). */
+/** Whether the row of `alias` is among the index's candidates for the search (see `loose`). */
 function pgCandidate(alias: string, search: PgSearch) {
   if (search.loose === undefined) return pgMatches(alias, search);
   const holds = (column: string, piece: string) =>
     sql<boolean>`${sql.ref(`${alias}.${column}`)} like ${`%${escapeLike(piece)}%`}`;
-  const all = (column: string) => sql.join(search.loose?.pieces.map((p) => holds(column, p)) ?? [], sql` and `);
-  if (search.loose.perColumn) return sql<boolean>`((${all("title_lower")}) or (${all("description_lower")}))`;
   return sql<boolean>`(${sql.join(
-    search.loose.pieces.map((p) => sql`(${holds("title_lower", p)} or ${holds("description_lower", p)})`),
+    search.loose.map((p) => sql`(${holds("title_lower", p)} or ${holds("description_lower", p)})`),
     sql` and `,
   )})`;
 }
@@ -231,9 +231,12 @@ function pgScanSource(range: PgRange, search: PgSearch, budget: number | undefin
     order by a.updated_at, a.service_did limit ${budget ?? null})`;
 }
 
-/** Whether a listing of `alias` (columns id and status) is in the page, the search aside. */
-const pgKept = (alias: string, query: ListQuery) =>
-  query.tag === undefined
+/**
+ * Whether a listing of `alias` (columns id and status) is in the page, the search aside (its tag
+ * already tested when `tagIndexed`).
+ */
+const pgKept = (alias: string, query: ListQuery, tagIndexed = false) =>
+  query.tag === undefined || tagIndexed
     ? pgStatusIn(alias, query.statuses)
     : sql<boolean>`${pgStatusIn(alias, query.statuses)} and ${pgTagged(alias, query.tag)}`;
 
@@ -249,7 +252,7 @@ interface QuickScan {
   page: ListedRow[];
   /** The last row seen, when the range holds more. */
   stop: Position | undefined;
-  /** Rows seen matching the search alone, being candidates of the GIN indexes, having a wanted status. */
+  /** Rows seen matching the search alone, being candidates of the keys index, having a wanted status. */
   matched: number;
   candidates: number;
   statusOk: number;
@@ -342,35 +345,65 @@ function pgTagWalk(db: Db, query: ListQuery, search: PgSearch, tag: string, rang
   );
 }
 
-/** What a bitmap intersects besides the search's candidates: the tag's (GIN), the statuses' (B-tree). */
+/** What a bitmap intersects besides the search's candidates: the tag's (keys), the statuses' (B-tree). */
 interface PgIntersect {
   tag: boolean;
   status: boolean;
 }
 const PG_SEARCH_ONLY: PgIntersect = { tag: false, status: false };
 
-/** The condition the indexes serve in a bitmap: the search's candidates, and what `also` says. */
-function pgIndexed(query: ListQuery | undefined, search: PgSearch, also: PgIntersect) {
-  const found = search.trigram
-    ? sql<boolean>`(c.title_lower like ${search.pattern} or c.description_lower like ${search.pattern})`
-    : sql<boolean>`(dir_search_grams(c.title_lower, c.description_lower) collate "C") @> ${search.grams}::text[]`;
-  const checked = search.exact || search.trigram ? found : sql<boolean>`${found} and ${pgChecked("c", search)}`;
-  const parts = [checked];
-  if (also.tag && query?.tag !== undefined)
-    parts.push(sql<boolean>`dir_tag_set(c.tags) @> array[${query.tag}]::text[]`);
+/** The search keys of the listing `c`, exactly as `dir_listings_search_keys` indexes them. */
+const PG_KEYS = sql`(dir_search_keys(c.title_lower, c.description_lower, c.updated_at, c.tags) collate "C")`;
+
+/**
+ * The condition the indexes serve in a bitmap: the search's candidates (with the tag's key when
+ * `also.tag`, within the keys of `window` when given), the statuses when `also.status`; and the
+ * test of the needle on each candidate unless its keys are exact.
+ */
+function pgIndexed(query: ListQuery | undefined, search: PgSearch, also: PgIntersect, window?: string[]) {
+  const keys = also.tag && query?.tag !== undefined ? [...search.keys, pgTagKey(query.tag)] : search.keys;
+  const parts = [sql<boolean>`${PG_KEYS} @> ${keys}::text[]`];
+  if (window !== undefined) parts.push(sql<boolean>`${PG_KEYS} && ${window}::text[]`);
+  if (!search.exact) parts.push(pgChecked("c", search));
   if (also.status && query !== undefined) parts.push(pgStatusIn("c", query.statuses));
   return sql.join(parts, sql` and `);
 }
 
+const pgTagKey = (tag: string) => `${PG_KEY_MARK}tag:${tag}`;
+
 /**
- * How many listings the GIN indexes hold as candidates of the search (an upper bound on its
- * matches; exact for one or two characters), without reading them: EXPLAIN ANALYZE reports the
+ * The keys of the listings whose `updated_at` is within `from` to `to` (and of a few next to
+ * them): hours at both ends, days between. Undefined when there would be too many for the keys
+ * to narrow much (a window that wide is better read along the term's keys alone) or before 1970
+ * (where the buckets' integer division rounds the other way).
+ */
+function pgWindowKeys(from: number, to: number): string[] | undefined {
+  if (from < 0 || to < from) return undefined;
+  const hourKeys = (first: number, last: number) =>
+    Array.from({ length: Math.max(0, last - first + 1) }, (_, i) => `${PG_KEY_MARK}hour:${first + i}`);
+  const firstHour = Math.trunc(from / PG_HOUR_MS);
+  const lastHour = Math.trunc(to / PG_HOUR_MS);
+  const firstDay = Math.trunc(from / PG_DAY_MS);
+  const lastDay = Math.trunc(to / PG_DAY_MS);
+  if (lastDay - firstDay <= 1) return hourKeys(firstHour, lastHour);
+  if (lastDay - firstDay > PG_WINDOW_MAX_DAYS) return undefined;
+  const hoursPerDay = PG_DAY_MS / PG_HOUR_MS;
+  return [
+    ...hourKeys(firstHour, (firstDay + 1) * hoursPerDay - 1),
+    ...Array.from({ length: lastDay - firstDay - 1 }, (_, i) => `${PG_KEY_MARK}day:${firstDay + 1 + i}`),
+    ...hourKeys(lastDay * hoursPerDay, lastHour),
+  ];
+}
+
+/**
+ * How many listings hold the search's keys (an upper bound on its matches; exact when its keys
+ * are), without reading them: EXPLAIN ANALYZE reports the
  * entries an index scan put in its bitmap, and the query stops at the first row. (Counting the
  * rows themselves would read each from the table.) Undefined if the plan has no bitmap.
  */
 async function pgIndexCount(db: Db, search: PgSearch): Promise<number | undefined> {
   const result = await sql<{ "QUERY PLAN": unknown }>`explain (analyze, timing off, summary off, costs off, format json)
-    select 1 from dir_listings as c where ${pgIndexed(undefined, search, PG_SEARCH_ONLY)} limit 1`.execute(db);
+    select 1 from dir_listings as c where ${PG_KEYS} @> ${search.keys}::text[] limit 1`.execute(db);
   interface Node {
     "Node Type"?: string;
     "Actual Rows"?: number;
@@ -388,9 +421,9 @@ async function pgIndexCount(db: Db, search: PgSearch): Promise<number | undefine
 }
 
 /**
- * The page among at most `cap` candidates of the GIN indexes (their table rows read, then sorted),
+ * The page among at most `cap` candidates of the keys index (their table rows read, then sorted),
  * or undefined when there are more. The range is written so no B-tree can serve it: only the
- * GIN indexes are read.
+ * keys index is read.
  */
 async function pgCandidates(
   db: Db,
@@ -413,7 +446,7 @@ async function pgCandidates(
       limit ${cap + 1})
     select n.n, l.body, k.updated_at, k.service_did
     from (select count(*)::int as n from found) as n
-    left join lateral (select f.id, f.updated_at, f.service_did from found as f where n.n <= ${cap} and ${pgKept("f", query)}
+    left join lateral (select f.id, f.updated_at, f.service_did from found as f where n.n <= ${cap} and ${pgKept("f", query, also.tag)}
       order by f.updated_at, f.service_did limit ${limit}) as k on true
     left join dir_listings as l on l.id = k.id
     order by k.updated_at, k.service_did`.execute(db);
@@ -514,10 +547,10 @@ function histogramValue(bounds: readonly number[], rank: number): number | undef
 
 /**
  * The rest of the page from windows of list order, each sized (with the planner's histogram of
- * `updated_at`) to hold a few times the matches still wanted: the GIN indexes' candidates
- * intersected with the window's range in a bitmap (a B-tree range read without its table rows),
- * so only the window's candidates are read from the table. After PG_WINDOWS windows the last one
- * runs to the end of the range.
+ * `updated_at`) to hold a few times the matches still wanted: the search's keys intersected with
+ * the window's (its hours and days, see pgWindowKeys) in the keys index, so only the window's
+ * candidates are read from the table. After PG_WINDOWS windows the last one runs to the end of
+ * the range.
  */
 async function pgWindows(
   db: Db,
@@ -530,31 +563,27 @@ async function pgWindows(
   histogram: readonly number[],
 ): Promise<ListedRow[]> {
   const page: ListedRow[] = [];
-  // The range as a bitmap of `updated_at` alone (a cheaper B-tree scan than one comparing DIDs
-  // too); the exact bounds are tested on the candidates.
+  // Written so no B-tree can serve them: the keys index narrows to the window, these are exact.
   const { after } = range;
-  const bounds = [
-    sql<boolean>`c.updated_at >= ${after.updatedAt}`,
-    sql<boolean>`(c.updated_at + 0, c.service_did) > (${after.updatedAt}, ${after.serviceDid})`,
-  ];
-  if (range.since !== undefined) bounds.push(sql<boolean>`c.updated_at >= ${range.since}`);
-  let above: number | undefined;
-  let rank = histogramRank(histogram, Math.max(after.updatedAt, range.since ?? after.updatedAt));
+  const bounds = [sql<boolean>`(c.updated_at + 0, c.service_did) > (${after.updatedAt}, ${after.serviceDid})`];
+  if (range.since !== undefined) bounds.push(sql<boolean>`c.updated_at + 0 >= ${range.since}`);
+  let from = Math.max(after.updatedAt, range.since ?? after.updatedAt);
+  let rank = histogramRank(histogram, from);
   for (let window = 1; ; window++) {
     rank += span;
     const upTo = window < PG_WINDOWS ? histogramValue(histogram, rank) : undefined;
-    const within = [...bounds];
-    if (above !== undefined) within.push(sql<boolean>`c.updated_at > ${above}`);
-    if (upTo !== undefined) within.push(sql<boolean>`c.updated_at <= ${upTo}`);
+    const within = [...bounds, sql<boolean>`c.updated_at + 0 >= ${from}`];
+    if (upTo !== undefined) within.push(sql<boolean>`c.updated_at + 0 <= ${upTo}`);
+    const keys = upTo === undefined ? undefined : pgWindowKeys(from, upTo);
     const found = await pgPage(
       db,
       sql`select c.id, c.updated_at, c.service_did from dir_listings as c
-        where ${pgIndexed(query, search, also)} and ${sql.join(within, sql` and `)} and ${pgKept("c", query)}
+        where ${pgIndexed(query, search, also, keys)} and ${sql.join(within, sql` and `)} and ${pgKept("c", query, also.tag)}
         order by c.updated_at + 0, c.service_did limit ${limit - page.length}`,
     );
     page.push(...found);
     if (page.length >= limit || upTo === undefined) return page;
-    above = upTo;
+    from = upTo + 1;
     // The next window holds the matches still wanted at the share this one had, or grows.
     span =
       found.length > 0
@@ -569,11 +598,10 @@ async function pgWindows(
  *   common terms;
  * - then a tag of up to PG_SMALL_TAG listings is walked in list order;
  * - otherwise the rows seen give the shares of rows matching the search, being candidates of the
- *   GIN indexes and having a wanted status (and the planner's statistics a tag's size), and the
+ *   keys index and having a wanted status (and the planner's statistics a tag's size), and the
  *   rest of the page comes from whichever plan is estimated cheapest: the scan carried on; the
- *   tag walked; the candidates of the GIN indexes (trigrams for terms with a run of three letters
- *   or digits, character pairs for the others; with or without the tag's), all of them sorted,
- *   or those of windows of list order.
+ *   tag walked; the candidates of the keys index (with or without the tag's key), all of them
+ *   sorted, or those of windows of list order.
  */
 async function searchPostgres(db: Db, query: ListQuery, term: string, statsKey: Db): Promise<ListedRow[]> {
   const search = pgSearch(term);
@@ -599,11 +627,10 @@ async function searchPostgres(db: Db, query: ListQuery, term: string, statsKey: 
   let matching = share(quick.matched);
   let candidates = share(quick.candidates);
   const wanted = share(quick.statusOk);
-  // Few seen: the grams index counts its candidates (cheap for a rare term; the trigram indexes'
-  // count would cost as much as reading them), so a plan reading them all is not chosen on a
-  // chance sample.
+  // Few seen: the keys index counts its candidates (cheap for a rare term, whose rarest key
+  // drives the count), so a plan reading them all is not chosen on a chance sample.
   let margin = PG_WINDOW_MARGIN;
-  if (!search.trigram && quick.matched <= PG_FEW_SEEN && quick.candidates <= PG_FEW_SEEN) {
+  if (quick.matched <= PG_FEW_SEEN && quick.candidates <= PG_FEW_SEEN) {
     const counted = await pgIndexCount(db, search);
     if (counted === 0) return first;
     if (counted !== undefined) {
@@ -631,7 +658,7 @@ async function searchPostgres(db: Db, query: ListQuery, term: string, statsKey: 
     ]);
   }
   const entries = candidates * rows;
-  // Bitmaps intersect the search's candidates with the tag's listings (GIN) and with the wanted
+  // Bitmaps intersect the search's candidates with the tag's listings (keys) and with the wanted
   // statuses (the B-tree on status) when those are few enough to be worth it.
   const options: PgIntersect[] = [PG_SEARCH_ONLY];
   if (tag !== undefined) options.push({ tag: true, status: false });
