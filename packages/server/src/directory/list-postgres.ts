@@ -147,8 +147,7 @@ interface PgSearch {
 function pgSearch(term: string): PgSearch {
   const needle = term.toLowerCase();
   const chars = [...needle];
-  const pieces = (size: number) =>
-    [...new Set(chars.slice(size - 1).map((_, i) => chars.slice(i, i + size).join("")))];
+  const pieces = (size: number) => [...new Set(chars.slice(size - 1).map((_, i) => chars.slice(i, i + size).join("")))];
   const exact = chars.length <= 2 || chars.length === 4;
   let keys: string[];
   if (chars.length === 0) keys = [];
