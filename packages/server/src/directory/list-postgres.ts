@@ -6,7 +6,7 @@ import { PREPARE_ALWAYS } from "../platform/database.js";
 import type { Position } from "./cursor.js";
 import { escapeLike, type ListedRow, type ListQuery } from "./list-query.js";
 import { LISTING_STATUSES, type ListingStatus } from "./listing.js";
-import { PG_DAY_MS, PG_HOUR_MS, PG_KEY_MARK } from "./migrations.js";
+import { PG_KEY_MARK, PG_SPANS_MS } from "./migrations.js";
 import type { Db } from "./store.js";
 
 // ---- listing on PostgreSQL ---------------------------------------------------------------
@@ -87,8 +87,6 @@ const PG_SEARCH_SETTINGS: readonly [string, string][] = [
 
 /** Rows a first scan in list order looks at: settles terms common enough (one row in 12 or more). */
 const PG_QUICK_SCAN = 600;
-/** Matches seen by the first scan up to which the grams index is asked for its count. */
-const PG_FEW_SEEN = 3;
 /** Below this share of rows with a wanted status, the statuses are intersected in bitmaps too. */
 const PG_FEW_STATUS = 0.2;
 /** A tag this small is walked in list order; a larger one's size is the planner's estimate. */
@@ -101,18 +99,19 @@ const PG_CANDIDATE_CAP = 2_500;
  * Costs in microseconds, as measured on a million listings: a row of a scan of
  * `dir_listings_search_scan` (tested), a row of a tag's index, a table row read at random (a
  * candidate, or a listing of a tag walked), a tag lookup, an entry of a GIN index's bitmap (for a
- * search, for a tag), and an entry of a window's keys (its hours and days). The scan's was 0.8; measured
- * again (10,000 rows in 4.2 ms) and tried on pages of searches with 0.3% to 1% of listings
- * matching, 0.45 chose the scan where 0.8 chose a window ten times too wide after a sample of 600
- * rows with too few matches (p90 of 370 pages 8.6 ms against 10.3).
+ * search, for a tag), a key of a window's spans and an entry of those keys. The scan's is as
+ * measured on pages of a term in 1% of listings (2,400 rows in 2.6 ms, with the page's bodies);
+ * 0.45 had been chosen when a window read a B-tree range of its listings (0.16 µs each) and one
+ * ten times too wide cost more than the scan it replaced.
  */
-const PG_SCAN_ROW = 0.45;
+const PG_SCAN_ROW = 0.8;
 const PG_TAG_ROW = 0.3;
 const PG_FETCH_ROW = 6;
 const PG_PROBE = 3;
 const PG_GIN_ENTRY = 0.3;
 const PG_TAG_ENTRY = 0.15;
-const PG_RANGE_ENTRY = 0.16;
+const PG_SPAN_KEY = 20;
+const PG_SPAN_ENTRY = 0.05;
 /**
  * A window is made this much larger than the matches it should hold (less when their share is
  * counted, not sampled), and grows by at most this factor.
@@ -121,8 +120,11 @@ const PG_WINDOW_MARGIN = 3;
 const PG_WINDOW_EXACT_MARGIN = 2;
 const PG_WINDOW_GROWTH = 2;
 const PG_WINDOWS = 4;
-/** Past this many days, a window's keys would narrow the search's too little to be worth reading. */
-const PG_WINDOW_MAX_DAYS = 120;
+/**
+ * The most spans a window's keys name: each costs a lookup in the keys index (about 20 µs), and
+ * the span holding a window's start may reach back before it (read for nothing).
+ */
+const PG_WINDOW_KEYS = 12;
 
 interface PgSearch {
   /** The term lowercased as JavaScript does it (the columns are lowercased by PostgreSQL). */
@@ -371,27 +373,22 @@ function pgIndexed(query: ListQuery | undefined, search: PgSearch, also: PgInter
 const pgTagKey = (tag: string) => `${PG_KEY_MARK}tag:${tag}`;
 
 /**
- * The keys of the listings whose `updated_at` is within `from` to `to` (and of a few next to
- * them): hours at both ends, days between. Undefined when there would be too many for the keys
- * to narrow much (a window that wide is better read along the term's keys alone) or before 1970
- * (where the buckets' integer division rounds the other way).
+ * Keys naming at most PG_WINDOW_KEYS spans of one length (the shortest that does), from the span
+ * holding `from` to the one holding `to`, and where the last of them ends: a window of list
+ * order from `from` may run that far at no extra cost. Undefined when no length does (a window
+ * that wide is better read along the term's keys alone) or before 1970 (where the spans'
+ * integer division rounds the other way).
  */
-function pgWindowKeys(from: number, to: number): string[] | undefined {
+function pgWindowKeys(from: number, to: number): { keys: string[]; end: number } | undefined {
   if (from < 0 || to < from) return undefined;
-  const hourKeys = (first: number, last: number) =>
-    Array.from({ length: Math.max(0, last - first + 1) }, (_, i) => `${PG_KEY_MARK}hour:${first + i}`);
-  const firstHour = Math.trunc(from / PG_HOUR_MS);
-  const lastHour = Math.trunc(to / PG_HOUR_MS);
-  const firstDay = Math.trunc(from / PG_DAY_MS);
-  const lastDay = Math.trunc(to / PG_DAY_MS);
-  if (lastDay - firstDay <= 1) return hourKeys(firstHour, lastHour);
-  if (lastDay - firstDay > PG_WINDOW_MAX_DAYS) return undefined;
-  const hoursPerDay = PG_DAY_MS / PG_HOUR_MS;
-  return [
-    ...hourKeys(firstHour, (firstDay + 1) * hoursPerDay - 1),
-    ...Array.from({ length: lastDay - firstDay - 1 }, (_, i) => `${PG_KEY_MARK}day:${firstDay + 1 + i}`),
-    ...hourKeys(lastDay * hoursPerDay, lastHour),
-  ];
+  for (const span of PG_SPANS_MS) {
+    const first = Math.trunc(from / span);
+    const last = Math.trunc(to / span);
+    if (last - first >= PG_WINDOW_KEYS) continue;
+    const keys = Array.from({ length: last - first + 1 }, (_, i) => `${PG_KEY_MARK}${span}:${first + i}`);
+    return { keys, end: (last + 1) * span - 1 };
+  }
+  return undefined;
 }
 
 /**
@@ -569,11 +566,12 @@ async function pgWindows(
   let from = Math.max(after.updatedAt, range.since ?? after.updatedAt);
   let rank = histogramRank(histogram, from);
   for (let window = 1; ; window++) {
-    rank += span;
-    const upTo = window < PG_WINDOWS ? histogramValue(histogram, rank) : undefined;
+    const estimate = window < PG_WINDOWS ? histogramValue(histogram, rank + span) : undefined;
+    const spans = estimate === undefined ? undefined : pgWindowKeys(from, estimate);
+    const upTo = spans?.end ?? estimate;
+    const keys = spans?.keys;
     const within = [...bounds, sql<boolean>`c.updated_at + 0 >= ${from}`];
     if (upTo !== undefined) within.push(sql<boolean>`c.updated_at + 0 <= ${upTo}`);
-    const keys = upTo === undefined ? undefined : pgWindowKeys(from, upTo);
     const found = await pgPage(
       db,
       sql`select c.id, c.updated_at, c.service_did from dir_listings as c
@@ -583,11 +581,15 @@ async function pgWindows(
     page.push(...found);
     if (page.length >= limit || upTo === undefined) return page;
     from = upTo + 1;
+    // This window's share of the table (more than planned when its spans ran further).
+    const next = histogramRank(histogram, from);
+    const seen = Math.max(next - rank, span);
+    rank = next;
     // The next window holds the matches still wanted at the share this one had, or grows.
     span =
       found.length > 0
-        ? Math.min((span * (limit - page.length) * PG_WINDOW_MARGIN) / found.length, span * PG_WINDOW_GROWTH)
-        : span * PG_WINDOW_GROWTH;
+        ? Math.min((seen * (limit - page.length) * PG_WINDOW_MARGIN) / found.length, seen * PG_WINDOW_GROWTH)
+        : seen * PG_WINDOW_GROWTH;
   }
 }
 
@@ -626,10 +628,11 @@ async function searchPostgres(db: Db, query: ListQuery, term: string, statsKey: 
   let matching = share(quick.matched);
   let candidates = share(quick.candidates);
   const wanted = share(quick.statusOk);
-  // Few seen: the keys index counts its candidates (cheap for a rare term, whose rarest key
-  // drives the count), so a plan reading them all is not chosen on a chance sample.
+  // None seen, or so few that reading all candidates may be the plan: the keys index counts them
+  // (a millisecond for a rare term, three for one listing in a hundred at a million), so that
+  // plan is not chosen on a chance sample, nor a window of the wrong size for a rare term.
   let margin = PG_WINDOW_MARGIN;
-  if (quick.matched <= PG_FEW_SEEN && quick.candidates <= PG_FEW_SEEN) {
+  if (quick.candidates === 0 || share(quick.candidates) * rows <= PG_CANDIDATE_CAP / 2) {
     const counted = await pgIndexCount(db, search);
     if (counted === 0) return first;
     if (counted !== undefined) {
@@ -679,10 +682,14 @@ async function searchPostgres(db: Db, query: ListQuery, term: string, statsKey: 
       const window = (need * margin) / hits;
       const histogram = stats.histogram;
       const from = { ...range, after: quick.stop as Position };
+      // The keys index reads the search's entries within the window only (it skips to them).
+      const part = Math.min(1, window / rows);
       plans.push([
-        window * PG_RANGE_ENTRY * (also.status ? wanted : 1) +
-          indexCost +
-          (window / rows) * (read * PG_FETCH_ROW + probes),
+        PG_WINDOW_KEYS * PG_SPAN_KEY +
+          window * PG_SPAN_ENTRY +
+          part * (entries * PG_GIN_ENTRY + (also.tag ? (tagSize as number) * PG_TAG_ENTRY : 0)) +
+          (also.status ? wanted * rows * PG_TAG_ENTRY : 0) +
+          part * (read * PG_FETCH_ROW + probes),
         () => pgWindows(db, query, search, from, need, also, window / rows, histogram),
       ]);
     }

@@ -416,8 +416,11 @@ function listingChanges(engine: Engine): Migration {
 
 /** Marks the search keys that are not pieces of text: every such key is longer than a piece (4). */
 export const PG_KEY_MARK = "\u0001";
-export const PG_DAY_MS = 86_400_000;
-export const PG_HOUR_MS = 3_600_000;
+/**
+ * The spans of list order a listing's keys name (an hour, a day, a week, 4 and 16 weeks), each
+ * counted from the epoch: `updated_at / span`.
+ */
+export const PG_SPANS_MS = [3_600_000, 86_400_000, 604_800_000, 2_419_200_000, 9_676_800_000] as const;
 
 /**
  * Search on PostgreSQL through one index (0004 had four, and a page among many candidates also
@@ -427,8 +430,8 @@ export const PG_HOUR_MS = 3_600_000;
  *   (`dir_search_grams`: exact for terms of one or two characters),
  * - every piece of four characters of each (a term of four or more is in a listing only if all
  *   its pieces are; a term of three, only if both its pairs are),
- * - the day and the hour of `updated_at`, so a window of list order is a handful of keys
- *   intersected with the term's inside the same index,
+ * - the hour, day, week, 4 and 16 weeks of `updated_at` (PG_SPANS_MS), so a window of list
+ *   order is a handful of keys intersected with the term's inside the same index,
  * - each tag.
  * A page's candidates are then one GIN scan: `keys @> term-and-tag keys and keys && window keys`.
  * Keys that are not pieces of text start with PG_KEY_MARK and are longer than four characters,
@@ -440,21 +443,20 @@ function postgresSearchKeys(engine: Engine): Migration {
       if (engine !== "postgres") return;
       await sql.raw("set local maintenance_work_mem = '256MB'").execute(db);
       await sql
-        .raw(`create function dir_search_keys(title text, description text, updated_at bigint, tags text) returns text[]
+        .raw(`create or replace function dir_search_keys(title text, description text, updated_at bigint, tags text) returns text[]
           language sql immutable parallel safe as $$
             select dir_search_grams(title, description)
               || array(select substr(title, i, 4) from generate_series(1, char_length(title) - 3) as i)
               || array(select substr(description, i, 4) from generate_series(1, char_length(description) - 3) as i)
-              || array[
-                chr(1) || 'day:' || (updated_at / ${PG_DAY_MS})::text,
-                chr(1) || 'hour:' || (updated_at / ${PG_HOUR_MS})::text]
+              || array[${PG_SPANS_MS.map((span) => `chr(1) || '${span}:' || (updated_at / ${span})::text`).join(", ")}]
               || array(select chr(1) || 'tag:' || t from jsonb_array_elements_text(tags::jsonb) as t)
           $$`)
         .execute(db);
       // Keys compared bytewise (collation "C"; equality is the same): the index builds faster.
+      // "if not exists": an operator may have built it beforehand, concurrently (docs/operations.md).
       await sql
         .raw(
-          `create index dir_listings_search_keys on dir_listings using gin
+          `create index if not exists dir_listings_search_keys on dir_listings using gin
             ((dir_search_keys(title_lower, description_lower, updated_at, tags) collate "C"))`,
         )
         .execute(db);
