@@ -435,7 +435,7 @@ export const PG_SPANS_MS = [3_600_000, 86_400_000, 604_800_000, 2_419_200_000, 9
  * - each tag.
  * A page's candidates are then one GIN scan: `keys @> term-and-tag keys and keys && window keys`.
  * Keys that are not pieces of text start with PG_KEY_MARK and are longer than four characters,
- * so no text can stand for them. Building it reads every listing (about 15 minutes per million).
+ * so no text can stand for them. Building it reads every listing (about ten minutes per million).
  */
 function postgresSearchKeys(engine: Engine): Migration {
   return {
