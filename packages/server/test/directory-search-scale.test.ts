@@ -2,7 +2,7 @@
  * Search and tag filters on a store large enough that a first look at a few hundred listings does
  * not settle them, so every way the store finds a page is taken (on PostgreSQL: the scan carried
  * on, a tag walked, all candidates of the keys index, and windows of list order narrowed by their
- * days and hours; on SQLite: the ordered full-text index). Each query is walked over
+ * spans of hours, days or weeks; on SQLite: the ordered full-text index). Each query is walked over
  * HTTP (to its end, or for a dozen pages) and compared, page by page, with the answer worked out
  * by brute force.
  */
