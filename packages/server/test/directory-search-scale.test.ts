@@ -75,6 +75,8 @@ function generate(): Row[] {
     plant(0.004, "aqxb");
     plant(0.006, "xabcx");
     plant(0.003, "50%_off");
+    // Characters with a meaning in PostgreSQL array literals, which the search keys travel in.
+    plant(0.002, '{x,"y"}\\z');
     let decoy = false;
     if (next() < 0.01) {
       title.push("zeph");
@@ -213,7 +215,21 @@ async function walkMatches(h: DirectoryHarness, rows: readonly Row[], q: Query):
   }
 }
 
-const TERMS = ["zephyr", "zephyrus", "zeph", "tronne", "qx", "abc", "50%_", "data", "e", "z", "nowhere"];
+const TERMS = [
+  "zephyr",
+  "zephyrus",
+  "zeph",
+  "tronne",
+  "qx",
+  "abc",
+  "50%_",
+  '{x,"y"}\\z',
+  'x,"y',
+  "data",
+  "e",
+  "z",
+  "nowhere",
+];
 const TAGS = [undefined, "ai", "tools", "rare"];
 const STATUSES: Query[] = [{}, { include_deleted: true }, { status: "stale" }];
 
@@ -263,6 +279,7 @@ for (const variant of STORE_VARIANTS) {
       assert.ok(share({ search: "tronne" }) > 0.001 && share({ search: "tronne" }) < 0.004);
       assert.ok(share({ search: "data" }) > 0.3);
       assert.ok(count({ search: "zeph" }) > count({ search: "zephyr" }));
+      assert.ok(share({ search: '{x,"y"}\\z' }) > 0.001);
       assert.ok(share({ tag: "rare" }) > 0.003 && share({ tag: "rare" }) < 0.008);
     });
   });
