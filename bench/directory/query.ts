@@ -15,7 +15,8 @@
  * character searches, tag filters with few and many matches, search + tag, and paging with cursors.
  * Each scenario gets at least --calls requests (default 200, so that p99 is not the slowest call),
  * in rounds over its queries, the scenarios interleaved. Two phases, reported apart: "fresh", the
- * first pass, started right after the store is built (a new server process, no warm-up), and
+ * first pass, started right after the store is built and its writes are on disk (on PostgreSQL a
+ * CHECKPOINT ends the build), by a new server process with no warm-up, and
  * "warm", the same pass again. Every first page answered in either phase is compared with a
  * brute-force answer computed while the data set was generated, so a faster query cannot silently
  * return other listings; a difference fails the run. After starting and after each phase the
