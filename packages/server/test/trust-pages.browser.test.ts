@@ -249,7 +249,12 @@ describe("attestor pages in a browser", { skip: launched.skip, timeout: 180_000 
       assert.ok(datetime !== null && !Number.isNaN(Date.parse(datetime)), `${term}: ${datetime}`);
       assert.match(await seen(row(term)), /^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/);
     }
-    assert.equal(await page.locator("script").count(), 1);
+    // Scripts of this origin only, none inline: the site's, and the passkey helpers.
+    assert.deepEqual(await page.locator("script").evaluateAll((scripts) => scripts.map((s) => s.getAttribute("src"))), [
+      "/assets/site.js",
+      "/assets/webauthn.js",
+      "/assets/passkeys.js",
+    ]);
 
     // Revoke: the binding leaves the page, and the agent's next mint is refused.
     // It asks first (trust-consent.browser.test.ts looks at that page), then says it is done.

@@ -110,7 +110,8 @@ describe("attestor pages for people in a browser (issue 17)", { skip: launched.s
     const other = await freshPage();
     await other.page.goto(`${origin}/signin`);
     await other.page.fill("#email", "someone-else@mail.test");
-    await other.page.click("button[type=submit]");
+    await other.page.getByRole("button", { name: "E-mail me a sign-in link" }).click();
+    await other.page.getByRole("heading", { name: "Check your e-mail" }).waitFor();
     await other.context.close();
 
     const agent = newAgent();
@@ -129,7 +130,7 @@ describe("attestor pages for people in a browser (issue 17)", { skip: launched.s
 
     const email = `ada-${Math.random().toString(36).slice(2)}@mail.test`;
     await page.fill("#email", email);
-    await page.click("button[type=submit]");
+    await page.getByRole("button", { name: "E-mail me a sign-in link" }).click();
     assert.equal(await page.locator("h1").innerText(), "Check your e-mail");
     const outboxLink = page.getByRole("link", { name: "development outbox" });
     assert.equal(await outboxLink.getAttribute("href"), "/dev/outbox");

@@ -35,6 +35,17 @@ export function html(strings: TemplateStringsArray, ...values: HtmlValue[]): Saf
 export const PAGE_CSP =
   "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'";
 
+/** A page policy with some directives replaced or added. */
+export function withDirectives(policy: string, overrides: Record<string, string>): string {
+  const directives = new Map<string, string>();
+  for (const part of policy.split(";")) {
+    const [name, ...values] = part.trim().split(/\s+/);
+    if (name) directives.set(name, values.join(" "));
+  }
+  for (const [name, value] of Object.entries(overrides)) directives.set(name, value);
+  return [...directives].map(([name, value]) => (value ? `${name} ${value}` : name)).join("; ");
+}
+
 /** Headers every HTML page carries. */
 export function pageHeaders(options: { personal: boolean }): Record<string, string> {
   return {

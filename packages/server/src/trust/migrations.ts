@@ -123,6 +123,50 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0006_wba_directory": wbaDirectory(engine),
     "0007_mint_day": mintDay(engine),
     "0008_oidc_consents": oidcConsents(engine),
+    "0009_passkeys": passkeys(engine),
+  };
+}
+
+/**
+ * Passkeys (WebAuthn credentials) and their ceremonies' challenges. A credential's public key is
+ * public; its counter and backup flags are kept to refuse a cloned authenticator's older counter.
+ * Challenges are stored as their hash, bound to the browser that asked (its session, or a
+ * ceremony cookie before sign-in), and used once. `trust_oidc_codes.auth_method` carries how the
+ * person signed in into the id_token (`amr`, `acr`).
+ */
+function passkeys(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    `create table trust_passkeys (
+      credential_id text primary key,
+      human_id text not null references trust_humans (id),
+      user_handle text not null,
+      public_key text not null,
+      counter ${bigint} not null,
+      transports text not null,
+      device_type text not null,
+      backed_up integer not null,
+      name text not null,
+      created_at ${bigint} not null,
+      last_used_at ${bigint}
+    )`,
+    "create index trust_passkeys_human on trust_passkeys (human_id)",
+    `create table trust_webauthn_challenges (
+      challenge_hash text primary key,
+      purpose text not null,
+      bound_to text not null,
+      human_id text,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      used_at ${bigint}
+    )`,
+    "create index trust_webauthn_challenges_expiry on trust_webauthn_challenges (expires_at)",
+    "alter table trust_oidc_codes add column auth_method text",
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
   };
 }
 
@@ -299,6 +343,7 @@ export interface HumanSideSchema {
     nonce: string | null;
     human_id: string;
     auth_at: number;
+    auth_method: string | null;
     created_at: number;
     expires_at: number;
     used_at: number | null;
@@ -309,6 +354,29 @@ export interface HumanSideSchema {
     service_did: string;
     granted_at: number;
     last_used_at: number;
+  };
+  trust_passkeys: {
+    credential_id: string;
+    human_id: string;
+    user_handle: string;
+    public_key: string;
+    counter: number;
+    /** JSON array of the authenticator's transports. */
+    transports: string;
+    device_type: string;
+    backed_up: number;
+    name: string;
+    created_at: number;
+    last_used_at: number | null;
+  };
+  trust_webauthn_challenges: {
+    challenge_hash: string;
+    purpose: string;
+    bound_to: string;
+    human_id: string | null;
+    created_at: number;
+    expires_at: number;
+    used_at: number | null;
   };
   trust_upstream_states: {
     state_hash: string;

@@ -1,18 +1,8 @@
 import type { FastifyReply } from "fastify";
-import { html, PAGE_CSP, pageHeaders, type SafeHtml } from "../../platform/html.js";
+import { html, PAGE_CSP, pageHeaders, type SafeHtml, withDirectives } from "../../platform/html.js";
 
 /** The platform's page policy, tightened: these pages run no script, and their one form submits here. */
 export const DIRECTORY_PAGE_CSP = withDirectives(PAGE_CSP, { "script-src": "'none'", "form-action": "'self'" });
-
-function withDirectives(policy: string, overrides: Record<string, string>): string {
-  const directives = new Map<string, string>();
-  for (const part of policy.split(";")) {
-    const [name, ...values] = part.trim().split(/\s+/);
-    if (name) directives.set(name, values.join(" "));
-  }
-  for (const [name, value] of Object.entries(overrides)) directives.set(name, value);
-  return [...directives].map(([name, value]) => (value ? `${name} ${value}` : name)).join("; ");
-}
 
 export interface PageOptions {
   title: string;

@@ -5,10 +5,12 @@ import { html, type SafeHtml } from "../../platform/html.js";
 import { SINGLE_LINE } from "../../platform/input-rules.js";
 import type { BindingRow, BindingServiceRow, OidcConsentRow } from "../migrations.js";
 import * as consents from "../oidc/consents.js";
+import type { Passkeys } from "../passkeys.js";
 import type { TrustService } from "../service.js";
 import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
+import { PASSKEY_SCRIPTS, passkeySection } from "./passkeys.js";
 import { serviceName } from "./service-names.js";
 import type { HumanSession, SessionManager } from "./session.js";
 
@@ -19,6 +21,7 @@ export interface AccountDeps {
   publicUrl: string;
   /** Extra actions offered on the account page (payment verification, upstream sign-in). */
   actions: () => { label: string; path: string }[];
+  passkeys: Passkeys;
 }
 
 type ServiceAction = "suspend" | "restore";
@@ -242,6 +245,7 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
     return sendPage(reply, {
       title: "Your account",
       signedIn: { csrf },
+      scripts: PASSKEY_SCRIPTS,
       body: html`<h1>Your account</h1>
 ${doneNotice(readDone(request.query), bindings, services, wba, connected)}
 <h2>Verification</h2>
@@ -254,6 +258,7 @@ ${
       )}</ul>`
 }
 ${deps.actions().map((a) => html`<form method="post" action="${a.path}"><input type="hidden" name="_csrf" value="${csrf}"><button class="secondary" type="submit">${a.label}</button></form>`)}
+${await passkeySection(deps.passkeys, session.humanId, csrf, request.query)}
 <h2>Linked agents</h2>
 ${
   live.length === 0

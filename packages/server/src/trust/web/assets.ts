@@ -1,4 +1,5 @@
 import type { FastifyInstance } from "fastify";
+import { PASSKEY_SCRIPT, WEBAUTHN_SCRIPT } from "./passkeys.js";
 
 /** One stylesheet for every page: readable on a phone, visible focus, AA contrast. */
 const STYLESHEET = `
@@ -63,6 +64,8 @@ export function registerAssets(app: FastifyInstance): void {
   for (const [path, type, body] of [
     ["/assets/site.css", "text/css; charset=utf-8", STYLESHEET],
     ["/assets/site.js", "text/javascript; charset=utf-8", SCRIPT],
+    ["/assets/webauthn.js", "text/javascript; charset=utf-8", WEBAUTHN_SCRIPT],
+    ["/assets/passkeys.js", "text/javascript; charset=utf-8", PASSKEY_SCRIPT],
   ] as const) {
     app.get(path, async (_request, reply) =>
       reply

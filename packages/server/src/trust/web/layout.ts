@@ -1,5 +1,5 @@
 import type { FastifyReply } from "fastify";
-import { type HtmlValue, html, pageHeaders, type SafeHtml } from "../../platform/html.js";
+import { type HtmlValue, html, PAGE_CSP, pageHeaders, type SafeHtml, withDirectives } from "../../platform/html.js";
 
 export interface PageOptions {
   title: string;
@@ -8,6 +8,8 @@ export interface PageOptions {
   /** Personal pages are never cached (`no-store`). */
   personal?: boolean;
   signedIn?: { csrf: string } | undefined;
+  /** Scripts of this origin the page needs besides the site's own. */
+  scripts?: readonly string[];
 }
 
 export function layout(options: PageOptions): SafeHtml {
@@ -24,7 +26,10 @@ export function layout(options: PageOptions): SafeHtml {
 <title>${options.title} · proto trust</title>
 <link rel="stylesheet" href="/assets/site.css">
 <script src="/assets/site.js" defer></script>
-</head>
+${(options.scripts ?? []).map(
+  (src) => html`<script src="${src}" defer></script>
+`,
+)}</head>
 <body>
 <header class="site"><a class="brand" href="/">proto trust</a>${nav}</header>
 <main id="main">
@@ -34,10 +39,16 @@ ${options.body}
 </html>`;
 }
 
+/** A page with scripts of its own may call this origin (passkey ceremonies), and no other. */
+const SCRIPTED_PAGE_CSP = withDirectives(PAGE_CSP, { "connect-src": "'self'" });
+
 export function sendPage(reply: FastifyReply, options: PageOptions): FastifyReply {
+  const headers = pageHeaders({ personal: options.personal ?? true });
+  if (options.scripts !== undefined && options.scripts.length > 0)
+    headers["content-security-policy"] = SCRIPTED_PAGE_CSP;
   return reply
     .code(options.status ?? 200)
-    .headers(pageHeaders({ personal: options.personal ?? true }))
+    .headers(headers)
     .send(layout(options).value);
 }
 

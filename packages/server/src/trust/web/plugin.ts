@@ -8,6 +8,7 @@ import { pageProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
 import { type Mailer, OutboxMailer } from "../mail.js";
 import type { OidcClient } from "../oidc/clients.js";
+import { Passkeys } from "../passkeys.js";
 import type { TrustService } from "../service.js";
 import { accountRoutes } from "./account.js";
 import { registerAssets } from "./assets.js";
@@ -15,6 +16,7 @@ import { fallbackPages } from "./fallback-pages.js";
 import { sendMessage } from "./layout.js";
 import { linkPageRoutes } from "./link-page.js";
 import { outboxPage } from "./outbox-page.js";
+import { passkeyRoutes } from "./passkeys.js";
 import type { SessionManager } from "./session.js";
 import { DEFAULT_SIGNIN_LIMITS, type SigninOption, signinRoutes } from "./signin.js";
 
@@ -76,12 +78,24 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     options: options.signinOptions,
     oidcClients: options.oidcClients ?? [],
   });
+  const passkeys = new Passkeys({
+    db: options.service.database.db,
+    clock: options.clock,
+    publicUrl: options.publicUrl,
+  });
+  await app.register(passkeyRoutes, {
+    passkeys,
+    sessions: options.sessions,
+    limiter: options.limiter,
+    publicUrl: options.publicUrl,
+  });
   await app.register(linkPageRoutes, { service: options.service, sessions: options.sessions, clock: options.clock });
   await app.register(accountRoutes, {
     service: options.service,
     sessions: options.sessions,
     publicUrl: options.publicUrl,
     actions: options.accountActions,
+    passkeys,
   });
 
   if (options.mailer instanceof OutboxMailer) outboxPage(app, options.mailer);

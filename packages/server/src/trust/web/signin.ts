@@ -9,6 +9,7 @@ import type { OidcClient } from "../oidc/clients.js";
 import type { TrustService } from "../service.js";
 import { canonicalEmail } from "../service.js";
 import { sendMessage, sendPage } from "./layout.js";
+import { PASSKEY_SCRIPTS, passkeySigninPart } from "./passkeys.js";
 import { type SessionManager, safeNext } from "./session.js";
 import { signinContext } from "./signin-context.js";
 
@@ -70,6 +71,7 @@ function signinForm(
   );
   return html`<h1>Sign in</h1>
 ${context}
+${passkeySigninPart(csrf, next)}
 <p>We will e-mail you a link that signs you in.</p>
 ${error ? html`<p class="error" role="alert" id="email-error">${error}</p>` : ""}
 <form method="post" action="/signin/email">
@@ -94,6 +96,7 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
     const next = safeNext(request.query.next, deps.publicUrl);
     return sendPage(reply, {
       title: "Sign in",
+      scripts: PASSKEY_SCRIPTS,
       body: signinForm(reply.generateCsrf(), next, deps.options(), await contextOf(next)),
     });
   });
@@ -109,6 +112,7 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
       return sendPage(reply, {
         status: 400,
         title: "Sign in",
+        scripts: PASSKEY_SCRIPTS,
         body: signinForm(
           reply.generateCsrf(),
           next,
