@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -9,6 +8,7 @@ import { launchChromium } from "@proto/testkit";
 import { decodeJwt } from "jose";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { inPage } from "./support/page-checks.js";
+import { startRelyingParty } from "./support/relying-party.js";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 import {
@@ -35,20 +35,6 @@ const LABEL = "Ada's travel agent";
 
 const launched = await launchChromium();
 if (launched.skip !== undefined) process.stdout.write(`# browser tests skipped: ${launched.skip}\n`);
-
-/** The relying party's callback: a loopback page that records what the provider sent back. */
-async function startRelyingParty(): Promise<{ server: Server; url: string; hits: URL[] }> {
-  const hits: URL[] = [];
-  const server = createServer((request, response) => {
-    hits.push(new URL(request.url ?? "/", "http://127.0.0.1"));
-    response.writeHead(200, { "content-type": "text/html; charset=utf-8" });
-    response.end("<!doctype html><title>Shop</title><p>Back at the shop.</p>");
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  if (address === null || typeof address === "string") throw new Error("no address");
-  return { server, url: `http://127.0.0.1:${address.port}/callback`, hits };
-}
 
 const VIEWPORTS = [
   { name: "desktop", width: 1280, height: 800 },

@@ -219,6 +219,7 @@ describe("OpenID provider and sign-in", () => {
           code_challenge_methods_supported: ["S256"],
           token_endpoint_auth_methods_supported: ["none"],
           claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce"],
+          acr_values_supported: ["phishing-resistant"],
         });
       });
 

@@ -1,15 +1,17 @@
 import assert from "node:assert/strict";
-import { generateKeyPairSync } from "node:crypto";
+import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { launchChromium } from "@proto/testkit";
+import { decodeJwt } from "jose";
 import type { Browser, BrowserContext, CDPSession, Page } from "playwright-core";
 import { inPage } from "./support/page-checks.js";
+import { startRelyingParty } from "./support/relying-party.js";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
-import { freePort, RELAXED_RATE_LIMITS, startTrustHarness, type TrustHarness } from "./support/trust.js";
+import { freePort, newAgent, RELAXED_RATE_LIMITS, startTrustHarness, type TrustHarness } from "./support/trust.js";
 
 /**
  * Issue 18 in a real browser: Chromium's virtual authenticator (the DevTools protocol's WebAuthn
@@ -22,6 +24,7 @@ import { freePort, RELAXED_RATE_LIMITS, startTrustHarness, type TrustHarness } f
 reportSkippedVariants();
 
 const MAIL_FROM = "proto trust <signin@trust.test>";
+const SHOP = "did:web:shop.example";
 const VIEWPORTS = [
   { name: "desktop", width: 1280, height: 800 },
   { name: "phone", width: 375, height: 740 },
@@ -64,6 +67,7 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
     describe(`(${variant.name})`, () => {
       let h: TrustHarness;
       let smtp: SmtpCollector;
+      let rp: Awaited<ReturnType<typeof startRelyingParty>>;
       let origin: string;
       let context: BrowserContext;
       let page: Page;
@@ -99,11 +103,19 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
 
       before(async () => {
         smtp = await startSmtpCollector();
+        rp = await startRelyingParty();
         const port = await freePort();
         origin = `http://localhost:${port}`;
         h = await startTrustHarness(variant, {
           port,
-          env: { TRUST_PUBLIC_URL: origin, SMTP_URL: smtp.url, MAIL_FROM, TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS },
+          env: {
+            TRUST_PUBLIC_URL: origin,
+            SMTP_URL: smtp.url,
+            MAIL_FROM,
+            TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
+            TRUST_LINK_REQUIRES_PASSKEY: "1",
+            TRUST_OIDC_CLIENTS: JSON.stringify([{ client_id: SHOP, service_did: SHOP, redirect_uris: [rp.url] }]),
+          },
         });
         context = await browser.newContext({ viewport: VIEWPORTS[0] });
         context.on("console", (message) => {
@@ -116,7 +128,55 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
         await context?.close();
         await h?.close();
         await smtp?.close();
+        await new Promise<void>((resolve) => (rp ? rp.server.close(() => resolve()) : resolve()));
       });
+
+      /** Signs `who` in through the mailed link, on the current page. */
+      async function signInByMail(who: string, start = `${origin}/signin?next=%2Faccount`): Promise<void> {
+        await page.goto(start);
+        await page.getByLabel("E-mail address").fill(who);
+        await page.getByRole("button", { name: "E-mail me a sign-in link" }).click();
+        await page.getByRole("heading", { name: "Check your e-mail" }).waitFor();
+        await page.goto(magicLinkOf(await smtp.nextMailTo(who)));
+        await page.getByRole("button", { name: "Sign in" }).click();
+      }
+
+      /** An OpenID authorization request as the shop builds it, with a fresh PKCE pair. */
+      function authorizeUrl(extra: Record<string, string>): { url: string; verifier: string } {
+        const verifier = randomBytes(32).toString("base64url");
+        const query = new URLSearchParams({
+          client_id: SHOP,
+          redirect_uri: rp.url,
+          response_type: "code",
+          scope: "openid",
+          code_challenge: createHash("sha256").update(verifier).digest("base64url"),
+          code_challenge_method: "S256",
+          state: "s-1",
+          nonce: "n-1",
+          ...extra,
+        });
+        return { url: `${origin}/oidc/authorize?${query}`, verifier };
+      }
+
+      /** Waits for the browser at the shop's callback; its code redeemed for the id_token's claims. */
+      async function landedAtShop(verifier: string): Promise<Record<string, unknown>> {
+        await page.waitForURL((url) => url.href.startsWith(rp.url));
+        const code = new URL(page.url()).searchParams.get("code");
+        assert.ok(code, page.url());
+        const tokens = await fetch(`${origin}/oidc/token`, {
+          method: "POST",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({
+            grant_type: "authorization_code",
+            code,
+            code_verifier: verifier,
+            client_id: SHOP,
+            redirect_uri: rp.url,
+          }),
+        });
+        assert.equal(tokens.status, 200);
+        return decodeJwt(((await tokens.json()) as { id_token: string }).id_token);
+      }
 
       test("add a passkey, sign out, sign in with it alone, refuse a stranger's and a replay, remove it", async () => {
         // Signed in once by e-mail: the account exists.
@@ -235,7 +295,60 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
         await signOut();
         await passkeySignIn();
         await status.filter({ hasText: /not registered here, or it was removed/ }).waitFor();
+        await again.cdp.send("WebAuthn.removeVirtualAuthenticator", { authenticatorId: again.id });
 
+        assert.deepEqual(cspViolations, []);
+      });
+
+      test("services can demand a passkey: acr_values at the OpenID provider, TRUST_LINK_REQUIRES_PASSKEY at the link page", async () => {
+        const grace = `grace-${Math.random().toString(36).slice(2)}@mail.test`;
+        await context.clearCookies();
+        await signInByMail(grace);
+        await page.getByRole("heading", { name: "Your account" }).waitFor();
+        const key = await addAuthenticator(page);
+        await page.getByLabel("Name of the new passkey").fill("Grace's phone");
+        await page.getByRole("button", { name: "Add a passkey" }).click();
+        await page.getByText("Passkey added.").waitFor();
+
+        // Signed in by e-mail: the id_token says so, and claims nothing phishing-resistant.
+        const plain = authorizeUrl({});
+        await page.goto(plain.url);
+        await page.getByRole("button", { name: "Allow" }).click();
+        const byMail = await landedAtShop(plain.verifier);
+        assert.deepEqual(byMail.amr, ["email"]);
+        assert.equal(byMail.acr, undefined);
+
+        // The shop asks for a phishing-resistant sign-in: the e-mail session is not enough, the
+        // person is asked for their passkey, and the request resumes after it.
+        const demanding = authorizeUrl({ acr_values: "phishing-resistant" });
+        await page.goto(demanding.url);
+        await page.waitForURL((url) => url.pathname === "/signin" && url.searchParams.get("passkey") === "required");
+        assert.match(await page.locator("#passkey-required").innerText(), /sign in with a passkey/);
+        await look("signin-passkey-required");
+        await page.getByRole("button", { name: "Sign in with a passkey" }).click();
+        const claims = await landedAtShop(demanding.verifier);
+        assert.equal(claims.acr, "phishing-resistant");
+        assert.deepEqual(claims.amr, ["hwk", "user"]);
+        const prompted = await fetch(`${origin}/.well-known/openid-configuration`).then(
+          (r) => r.json() as Promise<{ acr_values_supported?: string[] }>,
+        );
+        assert.deepEqual(prompted.acr_values_supported, ["phishing-resistant"]);
+
+        // The link page (TRUST_LINK_REQUIRES_PASSKEY=1): a passkey session answers at once...
+        const agent = newAgent();
+        const started = await h.startLink(agent, { agent_label: "Grace's agent" });
+        await page.goto(started.json.link_url as string);
+        await page.getByRole("heading", { name: "Link this agent to your account?" }).waitFor();
+        // ...an e-mail session is sent to sign in with a passkey first, then comes back to it.
+        await page.getByRole("navigation").getByRole("button", { name: "Sign out" }).click();
+        await signInByMail(grace, started.json.link_url as string);
+        await page.waitForURL((url) => url.pathname === "/signin" && url.searchParams.get("passkey") === "required");
+        await page.getByRole("button", { name: "Sign in with a passkey" }).click();
+        await page.getByRole("heading", { name: "Link this agent to your account?" }).waitFor();
+        await page.getByRole("button", { name: "Confirm" }).click();
+        const polled = await h.poll(agent, started.json.req_id as string);
+        assert.equal(polled.json.state, "confirmed", polled.text);
+        await key.cdp.send("WebAuthn.removeVirtualAuthenticator", { authenticatorId: key.id });
         assert.deepEqual(cspViolations, []);
       });
     });

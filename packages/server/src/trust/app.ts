@@ -180,6 +180,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     clock: parts.clock,
     publicUrl: config.publicUrl,
     oidcClients: config.oidcClients,
+    linkRequiresPasskey: config.linkRequiresPasskey,
     signinOptions: () => (upstream === undefined ? [] : [upstream.signinOption]),
     accountActions: () => [
       ...(payment === undefined ? [] : [payment.accountAction]),

@@ -26,6 +26,8 @@ export interface TrustConfig {
   sessionTtlSeconds: number;
   /** Cookies are `Secure` everywhere except development over plain http. */
   secureCookies: boolean;
+  /** `TRUST_LINK_REQUIRES_PASSKEY`: a link is confirmed only by a person signed in with a passkey. */
+  linkRequiresPasskey: boolean;
   /** `TRUST_PAYMENT_*`: payment verification, when all three are set. */
   payment: PaymentConfig | undefined;
   /** `TRUST_UPSTREAM_OIDC_*`: sign-in with an upstream OpenID provider, when issuer, id and secret are set. */
@@ -112,6 +114,7 @@ export function readTrustConfig(env: Env = process.env, platform?: PlatformConfi
     mailFrom: reader.string("MAIL_FROM") ?? "proto trust <no-reply@localhost>",
     sessionTtlSeconds: reader.integer("TRUST_SESSION_TTL_SECONDS", 14 * 86400, 300, 365 * 86400),
     secureCookies: base.production || publicUrl.startsWith("https://"),
+    linkRequiresPasskey: reader.flag("TRUST_LINK_REQUIRES_PASSKEY"),
     payment: readPaymentConfig(reader, base.production),
     upstreamOidc: readUpstreamOidcConfig(reader),
   };

@@ -30,6 +30,19 @@ export interface OidcProviderDeps {
   clients: OidcClient[];
 }
 
+/** The `acr` of a session whose person signed in with a passkey (upstream proposal 0001). */
+export const PHISHING_RESISTANT = "phishing-resistant";
+
+/**
+ * How the person signed in, as the id_token's `amr` (RFC 8176 where it has a value: a passkey is
+ * a hardware-bound key used after user verification) and `acr` when that is phishing-resistant.
+ */
+export function authenticationClaims(method: string | null): { amr?: string[]; acr?: string } {
+  if (method === "passkey") return { amr: ["hwk", "user"], acr: PHISHING_RESISTANT };
+  if (method === null) return {};
+  return { amr: [method] };
+}
+
 export function openidConfiguration(trustUrl: string) {
   return {
     issuer: trustUrl,
@@ -44,6 +57,7 @@ export function openidConfiguration(trustUrl: string) {
     code_challenge_methods_supported: ["S256"],
     token_endpoint_auth_methods_supported: ["none"],
     claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce"],
+    acr_values_supported: [PHISHING_RESISTANT],
   };
 }
 
@@ -71,6 +85,7 @@ interface AuthorizeQuery {
   nonce?: string;
   prompt?: string;
   max_age?: string;
+  acr_values?: string;
 }
 
 /** An authorization request that passed every check. */
@@ -209,7 +224,11 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   }
 
   /** Issues a code for the signed-in person and sends the browser back to the client with it. */
-  async function issueCode(reply: FastifyReply, checked: CheckedRequest, session: { humanId: string; authAt: number }) {
+  async function issueCode(
+    reply: FastifyReply,
+    checked: CheckedRequest,
+    session: { humanId: string; authAt: number; authMethod: string },
+  ) {
     const code = randomToken("", 32);
     const now = clock.now();
     await db
@@ -222,6 +241,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         nonce: checked.nonce ?? null,
         human_id: session.humanId,
         auth_at: session.authAt,
+        auth_method: session.authMethod,
         created_at: now,
         expires_at: now + CODE_TTL_SECONDS * 1000,
         used_at: null,
@@ -259,13 +279,22 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       Number.isFinite(maxAge) &&
       clock.now() - session.authAt > maxAge * 1000;
     const prompts = typeof q.prompt === "string" ? q.prompt.split(" ") : [];
-    if (session === undefined || stale || prompts.includes("login")) {
-      if (prompts.includes("none")) return fail("login_required", "the person is not signed in");
+    // A client that asks for a phishing-resistant sign-in gets one: a person signed in otherwise
+    // is asked for their passkey (and stays signed in meanwhile).
+    const wantsPasskey = typeof q.acr_values === "string" && q.acr_values.split(" ").includes(PHISHING_RESISTANT);
+    const unmet = session !== undefined && wantsPasskey && session.authMethod !== "passkey";
+    if (session === undefined || stale || prompts.includes("login") || unmet) {
+      if (prompts.includes("none")) {
+        return unmet && !stale
+          ? fail("interaction_required", "the person must sign in with a passkey")
+          : fail("login_required", "the person is not signed in");
+      }
       // Resume here after sign-in; `prompt=login` is dropped so the fresh session is accepted.
       const resume = new URLSearchParams(request.query as Record<string, string>);
       resume.delete("prompt");
-      if (session !== undefined) await sessions.signOut(request, reply);
-      return reply.redirect(`/signin?next=${encodeURIComponent(`/oidc/authorize?${resume.toString()}`)}`, 303);
+      if (session !== undefined && !unmet) await sessions.signOut(request, reply);
+      const next = encodeURIComponent(`/oidc/authorize?${resume.toString()}`);
+      return reply.redirect(`/signin?next=${next}${wantsPasskey ? "&passkey=required" : ""}`, 303);
     }
     const allowed = await consents.hasConsent(db, session.humanId, checked.client.client_id);
     if (allowed && !prompts.includes("consent")) {
@@ -373,6 +402,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       exp: iat + ID_TOKEN_TTL_SECONDS,
     };
     if (row.nonce !== null) claims.nonce = row.nonce;
+    Object.assign(claims, authenticationClaims(row.auth_method));
     const idToken = await new SignJWT(claims)
       .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: key.kid })
       .sign(key.privateKey);

@@ -6,12 +6,14 @@ import { html } from "../../platform/html.js";
 import type { TrustService } from "../service.js";
 import * as store from "../store.js";
 import { sendMessage, sendPage } from "./layout.js";
-import type { SessionManager } from "./session.js";
+import type { HumanSession, SessionManager } from "./session.js";
 
 export interface LinkPageDeps {
   service: TrustService;
   sessions: SessionManager;
   clock: Clock;
+  /** Only a session signed in with a passkey may answer (`TRUST_LINK_REQUIRES_PASSKEY`). */
+  requirePasskey: boolean;
 }
 
 /** `did:key:z6MkhaXg…4CaUgr`: enough to recognise, the whole value one click away. */
@@ -40,6 +42,12 @@ function requestUnknown(reply: FastifyReply): FastifyReply {
 export async function linkPageRoutes(app: FastifyInstance, deps: LinkPageDeps): Promise<void> {
   const { service, sessions, clock } = deps;
   const db = service.database.db;
+  /** Where someone goes who may not answer yet: sign-in (with a passkey when required). */
+  const signinFirst = (session: HumanSession | undefined, reqId: string): string | undefined => {
+    if (session !== undefined && (!deps.requirePasskey || session.authMethod === "passkey")) return undefined;
+    const next = `/signin?next=${encodeURIComponent(`/link?req=${reqId}`)}`;
+    return deps.requirePasskey ? `${next}&passkey=required` : next;
+  };
 
   app.get<{ Querystring: { req?: string } }>("/link", async (request, reply) => {
     const reqId = request.query.req ?? "";
@@ -48,9 +56,8 @@ export async function linkPageRoutes(app: FastifyInstance, deps: LinkPageDeps): 
     if (row.state !== "pending" || row.expires_at <= clock.now()) return requestGone(reply);
     await service.markLinkOpened(reqId);
     const session = await sessions.current(request);
-    if (session === undefined) {
-      return reply.redirect(`/signin?next=${encodeURIComponent(`/link?req=${reqId}`)}`, 303);
-    }
+    const signin = signinFirst(session, reqId);
+    if (signin !== undefined || session === undefined) return reply.redirect(signin ?? "/signin", 303);
     const csrf = reply.generateCsrf();
     const minutes = Math.max(1, Math.round((row.expires_at - clock.now()) / 60000));
     return sendPage(reply, {
@@ -84,9 +91,8 @@ but not who you are.</p>
   app.post<{ Body: { req?: string } }>("/link/confirm", { preHandler: app.csrfProtection }, async (request, reply) => {
     const session = await sessions.current(request);
     const reqId = String(request.body?.req ?? "");
-    if (session === undefined) {
-      return reply.redirect(`/signin?next=${encodeURIComponent(`/link?req=${reqId}`)}`, 303);
-    }
+    const signin = signinFirst(session, reqId);
+    if (signin !== undefined || session === undefined) return reply.redirect(signin ?? "/signin", 303);
     let result: { binding_id: string; callback_url: string | null };
     try {
       result = await service.confirmLink(reqId, session.humanId);

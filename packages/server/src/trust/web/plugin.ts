@@ -32,6 +32,8 @@ export interface HumanPagesOptions {
   accountActions: () => { label: string; path: string }[];
   /** The OpenID provider's clients, named on the sign-in page they send people to. */
   oidcClients?: readonly OidcClient[];
+  /** Links are confirmed only in a session signed in with a passkey. */
+  linkRequiresPasskey?: boolean;
 }
 
 /**
@@ -89,7 +91,12 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     limiter: options.limiter,
     publicUrl: options.publicUrl,
   });
-  await app.register(linkPageRoutes, { service: options.service, sessions: options.sessions, clock: options.clock });
+  await app.register(linkPageRoutes, {
+    service: options.service,
+    sessions: options.sessions,
+    clock: options.clock,
+    requirePasskey: options.linkRequiresPasskey ?? false,
+  });
   await app.register(accountRoutes, {
     service: options.service,
     sessions: options.sessions,

@@ -64,6 +64,7 @@ function signinForm(
   options: SigninOption[],
   context: SafeHtml | undefined,
   error?: string,
+  passkeyRequired = false,
 ): SafeHtml {
   const others = options.map(
     (o) =>
@@ -71,6 +72,12 @@ function signinForm(
   );
   return html`<h1>Sign in</h1>
 ${context}
+${
+  passkeyRequired
+    ? html`<p class="notice" id="passkey-required">To go on, sign in with a passkey: passkeys cannot be phished. No
+passkey yet? Sign in by e-mail, add one on <a href="/account">your account page</a>, then come back.</p>`
+    : ""
+}
 ${passkeySigninPart(csrf, next)}
 <p>We will e-mail you a link that signs you in.</p>
 ${error ? html`<p class="error" role="alert" id="email-error">${error}</p>` : ""}
@@ -92,12 +99,13 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
   const contextOf = (next: string) =>
     signinContext(next, { service, oidcClients: deps.oidcClients, now: () => clock.now() });
 
-  app.get<{ Querystring: { next?: string } }>("/signin", async (request, reply) => {
+  app.get<{ Querystring: { next?: string; passkey?: string } }>("/signin", async (request, reply) => {
     const next = safeNext(request.query.next, deps.publicUrl);
+    const required = request.query.passkey === "required";
     return sendPage(reply, {
       title: "Sign in",
       scripts: PASSKEY_SCRIPTS,
-      body: signinForm(reply.generateCsrf(), next, deps.options(), await contextOf(next)),
+      body: signinForm(reply.generateCsrf(), next, deps.options(), await contextOf(next), undefined, required),
     });
   });
 
