@@ -66,6 +66,8 @@ export interface NotesServiceOptions {
   attestorIssuer?: string;
   /** What people call the attestor on the claim page ("Sign in with proto trust"); default `proto trust`. */
   attestorName?: string;
+  /** Owners sign in (and claim agents) only with a passkey at the attestor (the kit's `phishingResistantSignIn`). */
+  phishingResistantSignIn?: boolean;
   /** The folder whose `.well-known/proto-registry-proof` is served (directory listing); none: 404. */
   proofDir?: string;
   /** Serve HTTPS directly (PEM key and certificate); otherwise plain HTTP, e.g. behind a TLS proxy. */
@@ -191,6 +193,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
       },
       now,
       mail: options.mail,
+      phishingResistantSignIn: options.phishingResistantSignIn ?? false,
       ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
       ...(options.onInvitation === undefined ? {} : { onInvitation: options.onInvitation }),
       ...(options.webBotAuth === undefined ? {} : { webBotAuth: options.webBotAuth }),

@@ -66,6 +66,8 @@ const serviceDid = nonEmpty(env.NOTES_SERVICE_DID);
 // (public addresses only; PROTO_FETCH_ALLOW_PRIVATE and PROTO_FETCH_RESOLVE for development).
 const webBotAuthSetting = nonEmpty(env.NOTES_WEB_BOT_AUTH) ?? "on";
 if (webBotAuthSetting !== "on" && webBotAuthSetting !== "off") fail("NOTES_WEB_BOT_AUTH must be on or off");
+const phishingResistant = nonEmpty(env.NOTES_PHISHING_RESISTANT_SIGNIN) ?? "0";
+if (phishingResistant !== "0" && phishingResistant !== "1") fail("NOTES_PHISHING_RESISTANT_SIGNIN must be 1 or 0");
 const allowPrivate = env.PROTO_FETCH_ALLOW_PRIVATE === "1";
 if (allowPrivate && env.NODE_ENV === "production")
   fail("PROTO_FETCH_ALLOW_PRIVATE must not be set when NODE_ENV=production");
@@ -84,6 +86,7 @@ const service = await buildNotesService({
   ...(nonEmpty(env.NOTES_ATTESTOR_NAME) === undefined ? {} : { attestorName: nonEmpty(env.NOTES_ATTESTOR_NAME) }),
   proofDir,
   mail,
+  phishingResistantSignIn: phishingResistant === "1",
   ...(https === undefined ? {} : { https }),
   logger: { level: nonEmpty(env.LOG_LEVEL) ?? "info" },
   webBotAuth: webBotAuthSetting === "off" ? false : { fetch: { allowPrivate, resolve: resolveOverrides } },

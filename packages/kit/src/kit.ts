@@ -96,6 +96,12 @@ export interface KitOptions {
   ownerFreshnessSeconds?: number;
   /** Lifetime of an owner session (default one day). */
   ownerSessionTtlSeconds?: number;
+  /**
+   * Owners sign in (and so claim agents) only with a phishing-resistant ceremony: the kit asks the
+   * attestor for `acr` `phishing-resistant` (a passkey) and refuses an id_token without it
+   * (default false: any sign-in the attestor accepts).
+   */
+  phishingResistantSignIn?: boolean;
   /** Per-route, per-DID hourly limit for claimed accounts (default: none). */
   claimedRateLimitPerHour?: number;
   /** The service in words on the kit's pages and mails ("Notes"); 1-60 characters. Default: the host of `publicUrl`. */
@@ -382,6 +388,7 @@ export class Kit {
       secure,
       now: this.#now,
       fetch: options.fetch,
+      phishingResistant: options.phishingResistantSignIn ?? false,
     });
     this.#core = {
       discovery,

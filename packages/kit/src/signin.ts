@@ -31,7 +31,12 @@ export interface AttestorSignInOptions {
   secure: boolean;
   now: () => number;
   fetch?: FetchFunction | undefined;
+  /** Ask for, and accept only, a phishing-resistant sign-in (`acr` `phishing-resistant`: a passkey). */
+  phishingResistant?: boolean;
 }
+
+/** The `acr` of a passkey sign-in at the attestor (upstream proposal 0001). */
+export const PHISHING_RESISTANT_ACR = "phishing-resistant";
 
 const STATE_COOKIE = "proto_kit_signin";
 
@@ -127,6 +132,7 @@ export class AttestorSignIn {
       code_challenge_method: "S256",
       state,
       nonce,
+      ...(this.options.phishingResistant ? { acr_values: PHISHING_RESISTANT_ACR } : {}),
     });
     return {
       location: url.href,
@@ -169,7 +175,7 @@ export class AttestorSignIn {
     } catch (error) {
       throw kitError("kit_signin_failed", `the attestor did not sign you in: ${messageOf(error)}`);
     }
-    let claims: { sub: string; iat: number };
+    let claims: { sub: string; iat: number; acr: unknown };
     try {
       const { payload } = await jwtVerify(idToken, attestor.keys, {
         algorithms: ["EdDSA"],
@@ -181,9 +187,16 @@ export class AttestorSignIn {
       if (payload.nonce !== request.nonce) throw new Error("nonce mismatch");
       if (typeof payload.sub !== "string" || payload.sub.length === 0) throw new Error("no subject");
       if (!Number.isInteger(payload.iat)) throw new Error("iat is not an integer");
-      claims = { sub: payload.sub, iat: payload.iat as number };
+      claims = { sub: payload.sub, iat: payload.iat as number, acr: payload.acr };
     } catch (error) {
       throw kitError("kit_signin_failed", `the id_token did not verify: ${messageOf(error)}`);
+    }
+    // Asking is not enough: an attestor may ignore acr_values, so the token must say it.
+    if (this.options.phishingResistant && claims.acr !== PHISHING_RESISTANT_ACR) {
+      throw kitError(
+        "kit_signin_failed",
+        "this service takes only a sign-in with a passkey (phishing-resistant); sign in with your passkey at the attestor and try again",
+      );
     }
     // The canonical issuer (the attestation issuer name) plus sub: the same person the agent's
     // attestations (sub_h) name, so the person lands where their agents are.

@@ -56,9 +56,11 @@ export class TestAttestor {
   static async start(
     clock: TestClock,
     oidcClients: { client_id: string; service_did: string; redirect_uris: string[] }[],
+    /** `localhost` for passkeys: WebAuthn's relying-party ID must be a domain, not an address. */
+    hostname = "127.0.0.1",
   ) {
     const port = await freePort();
-    const url = `http://127.0.0.1:${port}`;
+    const url = `http://${hostname}:${port}`;
     const dir = mkdtempSync(join(tmpdir(), "proto-kit-attestor-"));
     const env = {
       PROTO_TEST_HOOKS: "1",
