@@ -131,8 +131,9 @@ export async function passkeyRoutes(app: FastifyInstance, deps: PasskeyRouteDeps
       if (stop !== undefined) return stop;
       // The ceremony belongs to this browser: a challenge answered from another one is refused.
       const ceremony = randomToken("", 32);
+      // Path "/": browsers refuse a `__Host-` cookie (the name over https) with any other path.
       reply.setCookie(ceremonyCookie, ceremony, {
-        path: "/signin/passkey",
+        path: "/",
         httpOnly: true,
         sameSite: "strict",
         secure: sessions.secure,
@@ -159,7 +160,7 @@ export async function passkeyRoutes(app: FastifyInstance, deps: PasskeyRouteDeps
         return answerRefusal(reply, error);
       }
       reply.clearCookie(ceremonyCookie, {
-        path: "/signin/passkey",
+        path: "/",
         httpOnly: true,
         sameSite: "strict",
         secure: sessions.secure,
