@@ -73,6 +73,9 @@ for (const engine of ENGINES) {
       );
       await service.app.listen({ port, host: "127.0.0.1" });
       context = await (launched.browser as Browser).newContext();
+      // No passkey autofill: Chromium's virtual authenticator would answer it before the page
+      // could be looked at; the attestor's own tests cover autofill.
+      await context.addInitScript("PublicKeyCredential.isConditionalMediationAvailable = async () => false;");
       page = await context.newPage();
     });
 

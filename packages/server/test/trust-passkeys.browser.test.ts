@@ -24,6 +24,7 @@ import { freePort, newAgent, RELAXED_RATE_LIMITS, startTrustHarness, type TrustH
 reportSkippedVariants();
 
 const MAIL_FROM = "proto trust <signin@trust.test>";
+const NO_AUTOFILL = "PublicKeyCredential.isConditionalMediationAvailable = async () => false;";
 const SHOP = "did:web:shop.example";
 const VIEWPORTS = [
   { name: "desktop", width: 1280, height: 800 },
@@ -118,6 +119,10 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
           },
         });
         context = await browser.newContext({ viewport: VIEWPORTS[0] });
+        // A browser without passkey autofill (conditional mediation): the button is the way in.
+        // Chromium's virtual authenticator answers an autofill request at once, which would sign
+        // in before a test could press anything; autofill has its own step below.
+        await context.addInitScript(NO_AUTOFILL);
         context.on("console", (message) => {
           if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
         });
@@ -210,6 +215,8 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
 
         // Signed out, the passkey alone signs in: no new mail is sent.
         await signOut();
+        // The e-mail field takes passkeys from the browser's autofill where it offers them.
+        assert.equal(await page.locator("#email").getAttribute("autocomplete"), "email webauthn");
         const mailsBefore = smtp.mails.length;
         await look("signin-passkey");
         await passkeySignIn();
@@ -247,6 +254,37 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
         assert.equal(replay.json.error, "challenge", JSON.stringify(replay.json));
         await page.goto(`${origin}/account`);
         assert.equal(new URL(page.url()).pathname, "/signin", "the replay signed nobody in");
+
+        // With autofill (the browser offers passkeys in the e-mail field), opening the sign-in page
+        // is enough: the person picks the passkey there (the virtual authenticator picks at once).
+        const autofill = await browser.newContext({ viewport: VIEWPORTS[0] });
+        const autofillPage = await autofill.newPage();
+        const inAutofill = await autofill.newCDPSession(autofillPage);
+        await inAutofill.send("WebAuthn.enable");
+        const now = await mine.cdp.send("WebAuthn.getCredentials", { authenticatorId: mine.id });
+        await mine.cdp.send("WebAuthn.removeVirtualAuthenticator", { authenticatorId: mine.id });
+        const { authenticatorId: autofillId } = await inAutofill.send("WebAuthn.addVirtualAuthenticator", {
+          options: {
+            protocol: "ctap2",
+            transport: "internal",
+            hasResidentKey: true,
+            hasUserVerification: true,
+            isUserVerified: true,
+            automaticPresenceSimulation: true,
+          },
+        });
+        for (const credential of now.credentials)
+          await inAutofill.send("WebAuthn.addCredential", { authenticatorId: autofillId, credential });
+        await autofillPage.goto(`${origin}/signin`);
+        await autofillPage.waitForURL((url) => url.pathname === "/account");
+        assert.match(await autofillPage.locator("main").innerText(), /Ada's laptop/);
+        const afterAutofill = await inAutofill.send("WebAuthn.getCredentials", { authenticatorId: autofillId });
+        await autofill.close();
+        // The passkey goes back to the first browser, its counter moved on by the autofill sign-in.
+        const mineAgain = await addAuthenticator(page);
+        for (const credential of afterAutofill.credentials)
+          await mineAgain.cdp.send("WebAuthn.addCredential", { authenticatorId: mineAgain.id, credential });
+        Object.assign(mine, mineAgain);
 
         // Another authenticator holds no passkey of this site: the browser finds none to offer.
         const current = await mine.cdp.send("WebAuthn.getCredentials", { authenticatorId: mine.id });

@@ -271,7 +271,26 @@ export const PASSKEY_SCRIPT = `
     const response = await lib.startRegistration({ optionsJSON });
     return post("/account/passkeys", { _csrf, name: form.elements.name.value, response });
   });
-  wire(document.getElementById("passkey-signin"), async (form) => {
+  // The browser's autofill offers this site's passkeys in the e-mail field (conditional
+  // mediation); pressing the button instead cancels this ceremony and starts its own.
+  const signin = document.getElementById("passkey-signin");
+  const email = document.getElementById("email");
+  if (signin && email && lib.browserSupportsWebAuthnAutofill) {
+    lib.browserSupportsWebAuthnAutofill().then(async (available) => {
+      if (!available) return;
+      const _csrf = signin.elements._csrf.value;
+      try {
+        const optionsJSON = await post("/signin/passkey/options", { _csrf });
+        const response = await lib.startAuthentication({ optionsJSON, useBrowserAutofill: true });
+        const answer = await post("/signin/passkey", { _csrf, next: signin.elements.next.value, response });
+        window.location.assign(answer.redirect);
+      } catch (error) {
+        if (error && (error.name === "AbortError" || error.name === "NotAllowedError")) return;
+        signin.querySelector("[aria-live]").textContent = say(error);
+      }
+    });
+  }
+  wire(signin, async (form) => {
     const _csrf = form.elements._csrf.value;
     const optionsJSON = await post("/signin/passkey/options", { _csrf });
     const response = await lib.startAuthentication({ optionsJSON });

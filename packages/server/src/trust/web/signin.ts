@@ -85,7 +85,7 @@ ${error ? html`<p class="error" role="alert" id="email-error">${error}</p>` : ""
   <input type="hidden" name="_csrf" value="${csrf}">
   <input type="hidden" name="next" value="${next}">
   <label for="email">E-mail address</label>
-  <input id="email" name="email" type="email" autocomplete="email" required maxlength="254"${
+  <input id="email" name="email" type="email" autocomplete="email webauthn" required maxlength="254"${
     error ? html` aria-invalid="true" aria-describedby="email-error"` : ""
   }>
   <div class="actions"><button type="submit">E-mail me a sign-in link</button></div>
