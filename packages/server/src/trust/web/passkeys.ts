@@ -279,8 +279,10 @@ export const PASSKEY_SCRIPT = `
     lib.browserSupportsWebAuthnAutofill().then(async (available) => {
       if (!available) return;
       const _csrf = signin.elements._csrf.value;
+      // Nobody asked for this ceremony yet: if it cannot start, the page just has no autofill.
+      const optionsJSON = await post("/signin/passkey/options", { _csrf }).catch(() => undefined);
+      if (!optionsJSON) return;
       try {
-        const optionsJSON = await post("/signin/passkey/options", { _csrf });
         const response = await lib.startAuthentication({ optionsJSON, useBrowserAutofill: true });
         const answer = await post("/signin/passkey", { _csrf, next: signin.elements.next.value, response });
         window.location.assign(answer.redirect);
