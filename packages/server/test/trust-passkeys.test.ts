@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
+import type { OutboxMailer } from "../src/trust/mail.js";
 import { Browserless, field } from "./support/browser-session.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
-import { startTrustHarness, type TrustHarness } from "./support/trust.js";
+import { RELAXED_RATE_LIMITS, startTrustHarness, type TrustHarness } from "./support/trust.js";
 
 /**
  * Issue 18, the passkey endpoints as a hostile or broken client meets them (the ceremonies
@@ -13,12 +15,20 @@ import { startTrustHarness, type TrustHarness } from "./support/trust.js";
 
 reportSkippedVariants();
 
+const SHOP = "did:web:shop.example";
+const CALLBACK = "https://shop.example/callback";
+
 for (const variant of STORE_VARIANTS) {
   describe(`passkey endpoints (${variant.name})`, () => {
     let h: TrustHarness;
     before(async () => {
       // The harness's public URL is https://trust.test: secure cookies, RP ID trust.test.
-      h = await startTrustHarness(variant);
+      h = await startTrustHarness(variant, {
+        env: {
+          TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
+          TRUST_OIDC_CLIENTS: JSON.stringify([{ client_id: SHOP, service_did: SHOP, redirect_uris: [CALLBACK] }]),
+        },
+      });
     });
     after(() => h?.close());
 
@@ -83,6 +93,48 @@ for (const variant of STORE_VARIANTS) {
       const remove = await b.send("POST", "/account/passkeys/remove", { form: { _csrf: csrf, id: "x" } });
       assert.equal(remove.status, 303);
       assert.equal(remove.location, "/signin?next=%2Faccount");
+    });
+
+    test("acr_values=phishing-resistant: an e-mail session is asked for its passkey, or refused with prompt=none", async () => {
+      const b = new Browserless(h.url);
+      const email = `mail-${Math.random().toString(36).slice(2)}@mail.test`;
+      const csrf = await signinPage(b);
+      assert.equal((await b.post("/signin/email", { _csrf: csrf, next: "/account", email })).status, 200);
+      const mail = (h.app.mailer as OutboxMailer).entries.find((m) => m.to === email);
+      const token = decodeURIComponent(/\/signin\/email\/verify\?token=(\S+)/.exec(mail?.text ?? "")?.[1] ?? "");
+      const verify = await b.get(`/signin/email/verify?token=${encodeURIComponent(token)}`);
+      const signedIn = await b.post("/signin/email/verify", { _csrf: field(verify.text, "_csrf"), token });
+      assert.equal(signedIn.status, 303);
+      const query = (extra: Record<string, string>) =>
+        new URLSearchParams({
+          client_id: SHOP,
+          redirect_uri: CALLBACK,
+          response_type: "code",
+          scope: "openid",
+          code_challenge: createHash("sha256").update(randomBytes(32).toString("base64url")).digest("base64url"),
+          code_challenge_method: "S256",
+          state: "s-1",
+          ...extra,
+        });
+
+      const silent = await b.get(`/oidc/authorize?${query({ acr_values: "phishing-resistant", prompt: "none" })}`);
+      assert.equal(silent.status, 302, silent.text);
+      const back = new URL(silent.location ?? "");
+      assert.equal(`${back.origin}${back.pathname}`, CALLBACK);
+      assert.equal(back.searchParams.get("error"), "interaction_required");
+      assert.equal(back.searchParams.get("state"), "s-1");
+      assert.equal(back.searchParams.get("code"), null);
+
+      const asked = await b.get(`/oidc/authorize?${query({ acr_values: "phishing-resistant", max_age: "600" })}`);
+      assert.equal(asked.status, 303, asked.text);
+      const signin = new URL(asked.location ?? "", "https://trust.test");
+      assert.equal(signin.pathname, "/signin");
+      assert.equal(signin.searchParams.get("passkey"), "required");
+      assert.match(signin.searchParams.get("next") ?? "", /^\/oidc\/authorize\?.*acr_values=phishing-resistant/);
+      // Still signed in (by e-mail): being asked for a passkey signs nobody out.
+      assert.equal((await b.get("/account")).status, 200);
+      const page = await b.get(signin.pathname + signin.search);
+      assert.match(page.text, /To go on, sign in with a passkey/);
     });
 
     test("ceremonies are bounded per client address: 429 with Retry-After", async () => {
