@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { launchChromium, lookAt } from "@proto/testkit";
+import { addVirtualAuthenticator, launchChromium, lookAt, NO_PASSKEY_AUTOFILL } from "@proto/testkit";
 import { decodeJwt } from "jose";
 import type { Browser, BrowserContext, Page, Route } from "playwright-core";
 import { type KitStore, openKitStore } from "../src/index.js";
@@ -75,7 +75,7 @@ for (const engine of ENGINES) {
       context = await (launched.browser as Browser).newContext();
       // No passkey autofill: Chromium's virtual authenticator would answer it before the page
       // could be looked at; the attestor's own tests cover autofill.
-      await context.addInitScript("PublicKeyCredential.isConditionalMediationAvailable = async () => false;");
+      await context.addInitScript(NO_PASSKEY_AUTOFILL);
       page = await context.newPage();
     });
 
@@ -137,18 +137,7 @@ for (const engine of ENGINES) {
       await page.unroute(signInStart, dropAcr);
 
       // The person adds a passkey on their account at the attestor.
-      const cdp = await context.newCDPSession(page);
-      await cdp.send("WebAuthn.enable");
-      await cdp.send("WebAuthn.addVirtualAuthenticator", {
-        options: {
-          protocol: "ctap2",
-          transport: "internal",
-          hasResidentKey: true,
-          hasUserVerification: true,
-          isUserVerified: true,
-          automaticPresenceSimulation: true,
-        },
-      });
+      await addVirtualAuthenticator(page);
       await page.goto(`${attestor.url}/account`);
       await page.getByLabel("Name of the new passkey").fill("Laptop");
       await page.getByRole("button", { name: "Add a passkey" }).click();

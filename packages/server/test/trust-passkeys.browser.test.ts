@@ -4,9 +4,9 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { launchChromium } from "@proto/testkit";
+import { addVirtualAuthenticator as addAuthenticator, launchChromium, NO_PASSKEY_AUTOFILL } from "@proto/testkit";
 import { decodeJwt } from "jose";
-import type { Browser, BrowserContext, CDPSession, Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { inPage } from "./support/page-checks.js";
 import { startRelyingParty } from "./support/relying-party.js";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
@@ -24,7 +24,6 @@ import { freePort, newAgent, RELAXED_RATE_LIMITS, startTrustHarness, type TrustH
 reportSkippedVariants();
 
 const MAIL_FROM = "proto trust <signin@trust.test>";
-const NO_AUTOFILL = "PublicKeyCredential.isConditionalMediationAvailable = async () => false;";
 const SHOP = "did:web:shop.example";
 const VIEWPORTS = [
   { name: "desktop", width: 1280, height: 800 },
@@ -33,28 +32,6 @@ const VIEWPORTS = [
 
 const launched = await launchChromium();
 if (launched.skip !== undefined) process.stdout.write(`# browser tests skipped: ${launched.skip}\n`);
-
-interface Authenticator {
-  cdp: CDPSession;
-  id: string;
-}
-
-/** A platform authenticator with user verification that answers every prompt by itself. */
-async function addAuthenticator(page: Page): Promise<Authenticator> {
-  const cdp = await page.context().newCDPSession(page);
-  await cdp.send("WebAuthn.enable");
-  const { authenticatorId } = await cdp.send("WebAuthn.addVirtualAuthenticator", {
-    options: {
-      protocol: "ctap2",
-      transport: "internal",
-      hasResidentKey: true,
-      hasUserVerification: true,
-      isUserVerified: true,
-      automaticPresenceSimulation: true,
-    },
-  });
-  return { cdp, id: authenticatorId };
-}
 
 describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.skip, timeout: 240_000 }, () => {
   const browser = launched.browser as Browser;
@@ -122,7 +99,7 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
         // A browser without passkey autofill (conditional mediation): the button is the way in.
         // Chromium's virtual authenticator answers an autofill request at once, which would sign
         // in before a test could press anything; autofill has its own step below.
-        await context.addInitScript(NO_AUTOFILL);
+        await context.addInitScript(NO_PASSKEY_AUTOFILL);
         context.on("console", (message) => {
           if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
         });
@@ -259,26 +236,15 @@ describe("passkeys at the attestor, in a browser (issue 18)", { skip: launched.s
         // is enough: the person picks the passkey there (the virtual authenticator picks at once).
         const autofill = await browser.newContext({ viewport: VIEWPORTS[0] });
         const autofillPage = await autofill.newPage();
-        const inAutofill = await autofill.newCDPSession(autofillPage);
-        await inAutofill.send("WebAuthn.enable");
         const now = await mine.cdp.send("WebAuthn.getCredentials", { authenticatorId: mine.id });
         await mine.cdp.send("WebAuthn.removeVirtualAuthenticator", { authenticatorId: mine.id });
-        const { authenticatorId: autofillId } = await inAutofill.send("WebAuthn.addVirtualAuthenticator", {
-          options: {
-            protocol: "ctap2",
-            transport: "internal",
-            hasResidentKey: true,
-            hasUserVerification: true,
-            isUserVerified: true,
-            automaticPresenceSimulation: true,
-          },
-        });
+        const inAutofill = await addAuthenticator(autofillPage);
         for (const credential of now.credentials)
-          await inAutofill.send("WebAuthn.addCredential", { authenticatorId: autofillId, credential });
+          await inAutofill.cdp.send("WebAuthn.addCredential", { authenticatorId: inAutofill.id, credential });
         await autofillPage.goto(`${origin}/signin`);
         await autofillPage.waitForURL((url) => url.pathname === "/account");
         assert.match(await autofillPage.locator("main").innerText(), /Ada's laptop/);
-        const afterAutofill = await inAutofill.send("WebAuthn.getCredentials", { authenticatorId: autofillId });
+        const afterAutofill = await inAutofill.cdp.send("WebAuthn.getCredentials", { authenticatorId: inAutofill.id });
         await autofill.close();
         // The passkey goes back to the first browser, its counter moved on by the autofill sign-in.
         const mineAgain = await addAuthenticator(page);

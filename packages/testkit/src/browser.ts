@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { type Browser, chromium, type Page } from "playwright-core";
+import { type Browser, type CDPSession, chromium, type Page } from "playwright-core";
 
 /** Debian's Chromium (`apt-get install chromium`); `CHROMIUM_PATH` points elsewhere. */
 export const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -56,3 +56,36 @@ export async function lookAt(page: Page, name: string): Promise<void> {
     }
   }
 }
+
+/** A passkey device in Chromium: a virtual authenticator of the DevTools protocol. */
+export interface VirtualAuthenticator {
+  cdp: CDPSession;
+  id: string;
+}
+
+/**
+ * Adds to `page` a platform authenticator (resident keys, user verification) that answers every
+ * WebAuthn prompt by itself, as a person with a phone or laptop would. Chromium allows one such
+ * authenticator per browser context at a time.
+ */
+export async function addVirtualAuthenticator(page: Page): Promise<VirtualAuthenticator> {
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("WebAuthn.enable");
+  const { authenticatorId } = await cdp.send("WebAuthn.addVirtualAuthenticator", {
+    options: {
+      protocol: "ctap2",
+      transport: "internal",
+      hasResidentKey: true,
+      hasUserVerification: true,
+      isUserVerified: true,
+      automaticPresenceSimulation: true,
+    },
+  });
+  return { cdp, id: authenticatorId };
+}
+
+/**
+ * A browser without passkey autofill (conditional mediation), as an init script: Chromium's
+ * virtual authenticator answers an autofill request at once, before a test could press anything.
+ */
+export const NO_PASSKEY_AUTOFILL = "PublicKeyCredential.isConditionalMediationAvailable = async () => false;";

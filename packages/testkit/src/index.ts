@@ -1,4 +1,12 @@
-export { CHROMIUM_PATH, launchChromium, lookAt, VIEWPORTS } from "./browser.js";
+export {
+  addVirtualAuthenticator,
+  CHROMIUM_PATH,
+  launchChromium,
+  lookAt,
+  NO_PASSKEY_AUTOFILL,
+  VIEWPORTS,
+  type VirtualAuthenticator,
+} from "./browser.js";
 export type { IssuedCert, IssueOptions, TestCA, TestCAOptions } from "./ca.js";
 export { createTestCA } from "./ca.js";
 export type { TestDatabase } from "./database.js";
