@@ -157,7 +157,7 @@ export class Passkeys {
     if (!verified.verified || verified.registrationInfo === undefined)
       throw new PasskeyRefused("verification", "The passkey could not be verified.");
     const info = verified.registrationInfo;
-    await this.#db
+    const inserted = await this.#db
       .insertInto("trust_passkeys")
       .values({
         credential_id: info.credential.id,
@@ -173,7 +173,11 @@ export class Passkeys {
         last_used_at: null,
       })
       .onConflict((oc) => oc.column("credential_id").doNothing())
-      .execute();
+      .executeTakeFirst();
+    // The authenticator is told to exclude the person's passkeys; one that offers a registered
+    // credential anyway (or another person's) must not be told it was added.
+    if (Number(inserted.numInsertedOrUpdatedRows ?? 0) !== 1)
+      throw new PasskeyRefused("verification", "This passkey is already registered.");
   }
 
   /** Options for signing in with any passkey of this site (discoverable credentials). */
