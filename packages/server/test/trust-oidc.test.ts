@@ -201,7 +201,7 @@ describe("OpenID provider and sign-in", () => {
         await signIn(alice, aliceEmail);
       });
 
-      test("discovery: every fixed member, cached 300 seconds", async () => {
+      test("discovery: every fixed member, cached 300 seconds; the RFC 8414 document is the same", async () => {
         const answer = await new Browserless(trustUrl).get("/.well-known/openid-configuration");
         assert.equal(answer.status, 200);
         assert.match(answer.headers.get("content-type") ?? "", /^application\/json/);
@@ -210,17 +210,25 @@ describe("OpenID provider and sign-in", () => {
           issuer: trustUrl,
           authorization_endpoint: `${trustUrl}/oidc/authorize`,
           token_endpoint: `${trustUrl}/oidc/token`,
+          registration_endpoint: `${trustUrl}/oidc/register`,
           jwks_uri: `${trustUrl}/.well-known/jwks.json`,
           scopes_supported: ["openid"],
           response_types_supported: ["code"],
-          grant_types_supported: ["authorization_code"],
+          response_modes_supported: ["query"],
+          grant_types_supported: ["authorization_code", "refresh_token", "urn:ietf:params:oauth:grant-type:jwt-bearer"],
           subject_types_supported: ["pairwise"],
           id_token_signing_alg_values_supported: ["EdDSA"],
           code_challenge_methods_supported: ["S256"],
           token_endpoint_auth_methods_supported: ["none"],
-          claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce"],
+          claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce", "acr", "amr"],
           acr_values_supported: ["phishing-resistant"],
+          client_id_metadata_document_supported: true,
+          authorization_response_iss_parameter_supported: true,
         });
+        const oauth = await new Browserless(trustUrl).get("/.well-known/oauth-authorization-server");
+        assert.equal(oauth.status, 200);
+        assert.equal(oauth.headers.get("access-control-allow-origin"), "*");
+        assert.deepEqual(oauth.json, answer.json, "one document under both names");
       });
 
       test("the whole flow with openid-client: sign-in first, then authorize resumes; sub equals the attestation's sub_h", async () => {
@@ -476,10 +484,14 @@ describe("OpenID provider and sign-in", () => {
         const rpLib = await relyingParty();
         const code = await authorize(alice, p, { state: "s" });
         await assert.rejects(
-          client.authorizationCodeGrant(rpLib, new URL(`${REDIRECT_URI}?code=${encodeURIComponent(code)}&state=s`), {
-            pkceCodeVerifier: client.randomPKCECodeVerifier(),
-            expectedState: "s",
-          }),
+          client.authorizationCodeGrant(
+            rpLib,
+            new URL(`${REDIRECT_URI}?code=${encodeURIComponent(code)}&state=s&iss=${encodeURIComponent(trustUrl)}`),
+            {
+              pkceCodeVerifier: client.randomPKCECodeVerifier(),
+              expectedState: "s",
+            },
+          ),
           (error: Error & { error?: string }) => error.error === "invalid_grant",
         );
       });
@@ -596,7 +608,8 @@ describe("OpenID provider and sign-in", () => {
           [{ ...base, code_challenge_method: "" }, "invalid_request"],
           [{ ...base, code_challenge: "" }, "invalid_request"],
           [{ ...base, response_type: "token" }, "unsupported_response_type"],
-          [{ ...base, scope: "profile" }, "invalid_scope"],
+          // Without openid it is a request for an access token, which must name its resource (RFC 8707).
+          [{ ...base, scope: "profile" }, "invalid_target"],
         ] as const) {
           const answer = await alice.get(`/oidc/authorize?${new URLSearchParams(params)}`);
           assert.equal(answer.status, 302, answer.text);
@@ -605,6 +618,7 @@ describe("OpenID provider and sign-in", () => {
           assert.equal(target.searchParams.get("error"), error, answer.location);
           assert.equal(target.searchParams.get("state"), "keep-me");
           assert.equal(target.searchParams.get("code"), null);
+          assert.equal(target.searchParams.get("iss"), trustUrl, "RFC 9207: errors name the issuer too");
         }
       });
 

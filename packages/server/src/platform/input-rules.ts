@@ -28,6 +28,11 @@ export function controlPatternMessage(pattern: unknown): string | undefined {
 /** Query and path parameters follow the single-line rule of the schemas. */
 const singleLine = new RegExp(SINGLE_LINE, "u");
 
+/** Whether a value holds no C0 control character and no DEL (the `SINGLE_LINE` rule). */
+export function isSingleLine(value: string): boolean {
+  return singleLine.test(value);
+}
+
 /** A client input the rules refuse: `invalid_request`, with a message a person can act on. */
 export class InputRuleError extends ApiError {
   constructor(message: string) {

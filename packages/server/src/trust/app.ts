@@ -1,4 +1,4 @@
-import { DEFAULT_SKEW_SECONDS, MemoryNonceStore } from "@proto/protocol";
+import { createSafeFetcher, DEFAULT_SKEW_SECONDS, MemoryNonceStore } from "@proto/protocol";
 import type { FastifyInstance } from "fastify";
 import type { Clock } from "../platform/clock.js";
 import { type Database, openDatabase } from "../platform/database.js";
@@ -14,6 +14,7 @@ import { KeyRing } from "./keys.js";
 import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
 import { trustMetrics } from "./metrics.js";
 import { type TrustSchema, trustMigrations } from "./migrations.js";
+import { ClientRegistry, MAX_METADATA_DOCUMENT_BYTES } from "./oidc/client-registry.js";
 import { oidcProvider } from "./oidc/provider.js";
 import { paymentWiring, withExtraPages } from "./payment/plugin.js";
 import type { PaymentFetch } from "./payment/provider.js";
@@ -47,6 +48,8 @@ export interface TrustAppOptions {
   paymentLimits?: PaymentLimits;
   /** Tests only: the fetch upstream OpenID sign-in reaches the provider with (e.g. trusting a test CA). */
   upstreamFetch?: UpstreamFetch;
+  /** Tests only: a CA the fetches of client metadata documents trust (the test CA). */
+  fetchCa?: string;
 }
 
 export async function buildTrustApp(config: TrustConfig, options: TrustAppOptions = {}): Promise<TrustApp> {
@@ -188,13 +191,30 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     ],
   });
   if (payment !== undefined) await payment.webhook(app);
+  const clients = new ClientRegistry({
+    db: database.db,
+    clock: parts.clock,
+    registered: config.oidcClients,
+    fetcher: createSafeFetcher({
+      allowPrivate: config.platform.fetch.allowPrivate,
+      resolve: config.platform.fetch.resolve,
+      maxBytes: MAX_METADATA_DOCUMENT_BYTES,
+      timeoutMs: 3000,
+      userAgent: "proto-trust/0.1 (client metadata)",
+      ...(options.fetchCa ? { ca: options.fetchCa } : {}),
+    }),
+  });
   await app.register(oidcProvider, {
     service,
     sessions,
     keys,
     clock: parts.clock,
     publicUrl: config.publicUrl,
-    clients: config.oidcClients,
+    production: config.platform.production,
+    clients,
+    jtis: nonceStore,
+    limiter: parts.limiter,
+    settings: config.settings,
   });
   if (parts.testClock !== undefined) {
     registerClockHook(app, parts.testClock);

@@ -43,6 +43,7 @@ function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["r
     link_poll: defaults.linkPoll,
     token: defaults.token,
     read: defaults.read,
+    oauth_register: defaults.oauthRegister,
   });
   return {
     linkStart: scoped.link_start,
@@ -50,6 +51,7 @@ function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["r
     linkPoll: scoped.link_poll,
     token: scoped.token,
     read: scoped.read,
+    oauthRegister: scoped.oauth_register,
     tokenPerBinding: { ...defaults.tokenPerBinding, limit: dailyLimit },
   };
 }

@@ -124,6 +124,55 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0007_mint_day": mintDay(engine),
     "0008_oidc_consents": oidcConsents(engine),
     "0009_passkeys": passkeys(engine),
+    "0010_oauth": oauth(engine),
+  };
+}
+
+/**
+ * OAuth for MCP (issue 24). A code remembers the scope and the RFC 8707 `resource` it was asked
+ * for. A grant is what a person allowed one client for one resource: its refresh tokens rotate on
+ * every use (each stored as its hash, marked used once); a used one presented again revokes the
+ * grant and with it every token of its family. Dynamically registered clients (RFC 7591) are kept
+ * as their metadata. JWT-bearer assertions' `jti`s live in the replay store, not here.
+ */
+function oauth(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    "alter table trust_oidc_codes add column scope text",
+    "alter table trust_oidc_codes add column resource text",
+    `create table trust_oauth_grants (
+      id text primary key,
+      human_id text not null references trust_humans (id),
+      client_id text not null,
+      client_name text not null,
+      resource text not null,
+      scope text not null,
+      auth_method text,
+      created_at ${bigint} not null,
+      last_used_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      revoked_at ${bigint}
+    )`,
+    "create index trust_oauth_grants_human on trust_oauth_grants (human_id)",
+    `create table trust_oauth_refresh_tokens (
+      token_hash text primary key,
+      grant_id text not null references trust_oauth_grants (id),
+      created_at ${bigint} not null,
+      used_at ${bigint}
+    )`,
+    "create index trust_oauth_refresh_tokens_grant on trust_oauth_refresh_tokens (grant_id)",
+    `create table trust_oauth_clients (
+      client_id text primary key,
+      client_name text not null,
+      redirect_uris text not null,
+      created_at ${bigint} not null,
+      last_used_at ${bigint} not null
+    )`,
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
   };
 }
 
@@ -344,9 +393,38 @@ export interface HumanSideSchema {
     human_id: string;
     auth_at: number;
     auth_method: string | null;
+    scope: string | null;
+    resource: string | null;
     created_at: number;
     expires_at: number;
     used_at: number | null;
+  };
+  trust_oauth_grants: {
+    id: string;
+    human_id: string;
+    client_id: string;
+    client_name: string;
+    resource: string;
+    scope: string;
+    auth_method: string | null;
+    created_at: number;
+    last_used_at: number;
+    expires_at: number;
+    revoked_at: number | null;
+  };
+  trust_oauth_refresh_tokens: {
+    token_hash: string;
+    grant_id: string;
+    created_at: number;
+    used_at: number | null;
+  };
+  trust_oauth_clients: {
+    client_id: string;
+    client_name: string;
+    /** JSON array of exact redirect URIs. */
+    redirect_uris: string;
+    created_at: number;
+    last_used_at: number;
   };
   trust_oidc_consents: {
     human_id: string;

@@ -68,6 +68,19 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
   },
   routeDocs: {
     "GET /.well-known/openid-configuration": { summary: "OpenID provider configuration", tags: ["openid"] },
+    "GET /.well-known/oauth-authorization-server": {
+      summary: "OAuth authorization server metadata (RFC 8414)",
+      description: "The same document as the OpenID configuration, where MCP clients look for it.",
+      tags: ["openid"],
+    },
+    "OPTIONS /oidc/token": { summary: "CORS preflight of the token endpoint", tags: ["openid"] },
+    "OPTIONS /oidc/register": { summary: "CORS preflight of dynamic client registration", tags: ["openid"] },
+    "POST /oidc/register": {
+      summary: "Dynamic client registration (RFC 7591)",
+      description:
+        "JSON client metadata: `redirect_uris` (1 to 10 exact URIs: https, loopback http or a private-use scheme), optional `client_name`. Public clients only (`token_endpoint_auth_method` `none`). Answers 201 with the `client_id`; limited per address (`oauth_register`, 20 an hour). Clients that can host a metadata document should use its https URL as `client_id` instead.",
+      tags: ["openid"],
+    },
     "GET /oidc/authorize": {
       summary: "Start sign-in (authorization code with PKCE S256)",
       description:
@@ -75,8 +88,9 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
       tags: ["openid"],
     },
     "POST /oidc/token": {
-      summary: "Exchange an authorization code for an id_token",
-      description: "Form-encoded or JSON: grant_type, code, code_verifier, client_id, redirect_uri.",
+      summary: "Exchange a grant for tokens",
+      description:
+        "Form-encoded or JSON. `authorization_code` (code, code_verifier, client_id, redirect_uri, optional resource): an id_token when the scope had `openid`, and for a `resource` an RFC 9068 access token (`aud` the resource, 10 minutes) with a refresh token that rotates on each use. `refresh_token` (refresh_token, client_id, optional resource and narrower scope). `urn:ietf:params:oauth:grant-type:jwt-bearer` (assertion signed by an agent's did:key, resource, optional scope): an access token for the agent's person, `act.sub` the agent.",
       tags: ["openid"],
     },
     "POST /oidc/consent": {

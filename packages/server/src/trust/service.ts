@@ -400,23 +400,7 @@ export class TrustService {
       throw invalidRequest("aud must be the destination service DID (did:web: or did:key:)");
     }
     const now = this.#now();
-    const daily = rules.tokenPerBinding;
-    const { day } = dailyWindow(daily, now);
-    const bindingExpiresAt = now + this.#deps.settings.bindingInactivitySeconds * 1000;
-    const minted = await this.#recordMint({
-      agentDid,
-      aud,
-      now,
-      expiresAt: bindingExpiresAt,
-      day,
-      dailyLimit: daily.limit,
-    });
-    if (minted === undefined) throw await this.#whyNoMint(agentDid, aud, now);
-    const verification = strongestMethod(minted.methods);
-    if (verification === undefined) throw verificationRequired();
-    if (minted.service_last_mint_at === null || now - minted.service_last_mint_at >= SERVICE_USE_REFRESH_MS) {
-      await store.recordServiceUse(this.#db, minted.id, aud, now);
-    }
+    const { minted, verification, bindingExpiresAt } = await this.#recordUse(agentDid, aud, now);
     await this.#deps.keys.fresh();
     const key = this.#deps.keys.signingKey();
     const iat = seconds(now);
@@ -439,6 +423,42 @@ export class TrustService {
       key.privateKey,
     );
     return { jwt, expires_at: exp, verification, binding_expires_at: seconds(bindingExpiresAt) };
+  }
+
+  /**
+   * One use of an agent's binding for `aud`, checked and counted as a mint is: the binding is
+   * active, its person verified, the service not suspended, the daily limit not reached. Throws
+   * the contract's error for the first check that fails.
+   */
+  async #recordUse(agentDid: string, aud: string, now: number) {
+    const daily = this.#deps.settings.rateLimits.tokenPerBinding;
+    const { day } = dailyWindow(daily, now);
+    const bindingExpiresAt = now + this.#deps.settings.bindingInactivitySeconds * 1000;
+    const minted = await this.#recordMint({
+      agentDid,
+      aud,
+      now,
+      expiresAt: bindingExpiresAt,
+      day,
+      dailyLimit: daily.limit,
+    });
+    if (minted === undefined) throw await this.#whyNoMint(agentDid, aud, now);
+    const verification = strongestMethod(minted.methods);
+    if (verification === undefined) throw verificationRequired();
+    if (minted.service_last_mint_at === null || now - minted.service_last_mint_at >= SERVICE_USE_REFRESH_MS) {
+      await store.recordServiceUse(this.#db, minted.id, aud, now);
+    }
+    return { minted, verification, bindingExpiresAt };
+  }
+
+  /**
+   * An agent that proved its key outside `/v1/token` (the OAuth JWT-bearer grant) acting for its
+   * person toward `aud`: the same rules and counts as a mint. Answers the person and how they are
+   * verified.
+   */
+  async authorizeAgent(agentDid: string, aud: string): Promise<{ humanId: string; verification: string }> {
+    const { minted, verification } = await this.#recordUse(agentDid, aud, this.#now());
+    return { humanId: minted.human_id, verification };
   }
 
   /**

@@ -23,6 +23,8 @@ export interface TrustSettings {
     token: RateLimitRule;
     tokenPerBinding: RateLimitRule;
     read: RateLimitRule;
+    /** RFC 7591 registrations per client address (MCP clients register once per install). */
+    oauthRegister: RateLimitRule;
   };
 }
 
@@ -48,5 +50,6 @@ export const DEFAULT_TRUST_SETTINGS: TrustSettings = {
     // binding (exact across replicas and restarts), never by the rate limiter.
     tokenPerBinding: { name: "trust.token_binding", limit: 10_000, windowSeconds: 86400 },
     read: { name: "trust.read", limit: 600, windowSeconds: 60 },
+    oauthRegister: { name: "trust.oauth_register", limit: 20, windowSeconds: 3600 },
   },
 };

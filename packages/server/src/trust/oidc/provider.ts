@@ -1,25 +1,30 @@
-import { createHash, timingSafeEqual } from "node:crypto";
 import fastifyCsrf from "@fastify/csrf-protection";
 import fastifyFormbody from "@fastify/formbody";
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { SignJWT } from "jose";
+import type { NonceStore } from "@proto/protocol";
+import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
 import { sendError, toApiError } from "../../platform/http.js";
 import { clientProblem } from "../../platform/page-errors.js";
+import { type RateLimiter, rateLimitKey } from "../../platform/rate-limit.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
+import type { TrustSettings } from "../settings.js";
 import { sendConsentPage } from "../web/consent.js";
 import { sendMessage } from "../web/layout.js";
 import type { SessionManager } from "../web/session.js";
-import type { OidcClient } from "./clients.js";
+import { ClientProblem, type ClientRegistry, type OAuthClient, redirectsOnlyToLoopback } from "./client-registry.js";
 import * as consents from "./consents.js";
+import { hasActiveGrant } from "./grants.js";
+import { OAUTH_PATHS, PHISHING_RESISTANT, providerMetadata } from "./metadata.js";
+import { OAuthError } from "./oauth-error.js";
+import { parseResource, resourceAudience } from "./resource.js";
+import { parseScope } from "./scope.js";
+import { TokenEndpoint, type TokenRequest } from "./token-endpoint.js";
 
 export const CODE_TTL_SECONDS = 120;
-export const ID_TOKEN_TTL_SECONDS = 300;
 const PKCE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
-const PKCE_VERIFIER = /^[A-Za-z0-9\-._~]{43,128}$/;
 
 export interface OidcProviderDeps {
   service: TrustService;
@@ -27,75 +32,41 @@ export interface OidcProviderDeps {
   keys: KeyRing;
   clock: Clock;
   publicUrl: string;
-  clients: OidcClient[];
-}
-
-/** The `acr` of a session whose person signed in with a passkey (upstream proposal 0001). */
-export const PHISHING_RESISTANT = "phishing-resistant";
-
-/**
- * How the person signed in, as the id_token's `amr` (RFC 8176 where it has a value: a passkey is
- * a hardware-bound key used after user verification) and `acr` when that is phishing-resistant.
- */
-export function authenticationClaims(method: string | null): { amr?: string[]; acr?: string } {
-  if (method === "passkey") return { amr: ["hwk", "user"], acr: PHISHING_RESISTANT };
-  if (method === null) return {};
-  return { amr: [method] };
-}
-
-export function openidConfiguration(trustUrl: string) {
-  return {
-    issuer: trustUrl,
-    authorization_endpoint: `${trustUrl}/oidc/authorize`,
-    token_endpoint: `${trustUrl}/oidc/token`,
-    jwks_uri: `${trustUrl}/.well-known/jwks.json`,
-    scopes_supported: ["openid"],
-    response_types_supported: ["code"],
-    grant_types_supported: ["authorization_code"],
-    subject_types_supported: ["pairwise"],
-    id_token_signing_alg_values_supported: ["EdDSA"],
-    code_challenge_methods_supported: ["S256"],
-    token_endpoint_auth_methods_supported: ["none"],
-    claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce"],
-    acr_values_supported: [PHISHING_RESISTANT],
-  };
+  production: boolean;
+  clients: ClientRegistry;
+  jtis: NonceStore;
+  limiter: RateLimiter;
+  settings: TrustSettings;
 }
 
 /** The provider's routes that a person's browser shows: their mistakes are pages. */
 const PAGE_ROUTES = new Set(["/oidc/authorize", "/oidc/consent"]);
 
-class OAuthError extends Error {
-  constructor(
-    readonly error: string,
-    readonly description: string,
-    readonly status = 400,
-  ) {
-    super(description);
-  }
-}
-
 interface AuthorizeQuery {
-  client_id?: string;
-  redirect_uri?: string;
-  response_type?: string;
-  scope?: string;
-  code_challenge?: string;
-  code_challenge_method?: string;
-  state?: string;
-  nonce?: string;
-  prompt?: string;
-  max_age?: string;
-  acr_values?: string;
+  client_id?: unknown;
+  redirect_uri?: unknown;
+  response_type?: unknown;
+  scope?: unknown;
+  code_challenge?: unknown;
+  code_challenge_method?: unknown;
+  state?: unknown;
+  nonce?: unknown;
+  prompt?: unknown;
+  max_age?: unknown;
+  acr_values?: unknown;
+  resource?: unknown;
 }
 
 /** An authorization request that passed every check. */
 interface CheckedRequest {
-  client: OidcClient;
+  client: OAuthClient;
   redirectUri: string;
   state: string | undefined;
   codeChallenge: string;
   nonce: string | undefined;
   scope: string;
+  /** RFC 8707: the resource the access token is for; absent in the id_token-only flow. */
+  resource: string | undefined;
 }
 
 const shortField = { type: "string", maxLength: 2048 } as const;
@@ -113,28 +84,32 @@ const consentForm = {
     code_challenge_method: shortField,
     state: shortField,
     nonce: shortField,
+    resource: shortField,
   },
   required: ["decision"],
 } as const;
 
-type TokenBody = Partial<Record<"grant_type" | "code" | "code_verifier" | "client_id" | "redirect_uri", unknown>>;
+const registrationBody = { type: "object", maxProperties: 50 } as const;
 
-function s256(verifier: string): string {
-  return createHash("sha256").update(verifier, "ascii").digest("base64url");
-}
+/** A single string parameter; a repeated one (an array) is not one. */
+const single = (value: unknown): string | undefined => (typeof value === "string" ? value : undefined);
 
-function redirectWith(reply: FastifyReply, redirectUri: string, params: Record<string, string | undefined>) {
-  const url = new URL(redirectUri);
-  for (const [key, value] of Object.entries(params)) if (value !== undefined) url.searchParams.set(key, value);
-  return reply.header("cache-control", "no-store").redirect(url.href, 302);
-}
-
-/** The OpenID provider of spec `trust.md`: Authorization Code with PKCE (S256), public clients. */
+/** The OpenID provider of spec `trust.md`, and the OAuth authorization server of MCP clients. */
 export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps): Promise<void> {
-  const { service, sessions, keys, clock, publicUrl } = deps;
+  const { service, sessions, clock, publicUrl, clients } = deps;
   const db = service.database.db;
-  const clients = new Map(deps.clients.map((c) => [c.client_id, c]));
-  const configuration = JSON.stringify(openidConfiguration(publicUrl));
+  const metadata = JSON.stringify(providerMetadata(publicUrl));
+  const tokens = new TokenEndpoint({
+    service,
+    keys: deps.keys,
+    clock,
+    publicUrl,
+    production: deps.production,
+    clients,
+    jtis: deps.jtis,
+    limiter: deps.limiter,
+    settings: deps.settings,
+  });
   // Token requests are form-encoded (RFC 6749 §4.1.3), which is what relying-party libraries send;
   // the human pages' form parser lives in their own scope, so this scope needs its own.
   await app.register(fastifyFormbody, { bodyLimit: 64 * 1024 });
@@ -146,13 +121,30 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     getToken: (request) => (request.body as { _csrf?: string } | undefined)?._csrf,
   });
 
-  app.get("/.well-known/openid-configuration", async (_request, reply) =>
-    reply
-      .header("cache-control", "public, max-age=300")
-      .header("access-control-allow-origin", "*")
-      .type("application/json; charset=utf-8")
-      .send(configuration),
-  );
+  // One document, two names: OpenID discovery, and RFC 8414 metadata that MCP clients look for.
+  for (const path of ["/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"]) {
+    app.get(path, async (_request, reply) =>
+      reply
+        .header("cache-control", "public, max-age=300")
+        .header("access-control-allow-origin", "*")
+        .type("application/json; charset=utf-8")
+        .send(metadata),
+    );
+  }
+
+  // Browser-based clients (MCP inspectors, web apps) call the token and registration endpoints
+  // from their own origin; neither reads cookies, so any origin may.
+  for (const path of [OAUTH_PATHS.token, OAUTH_PATHS.registration]) {
+    app.options(path, async (_request, reply) =>
+      reply
+        .code(204)
+        .header("access-control-allow-origin", "*")
+        .header("access-control-allow-methods", "POST")
+        .header("access-control-allow-headers", "content-type, authorization, mcp-protocol-version")
+        .header("access-control-max-age", "600")
+        .send(),
+    );
+  }
 
   // OAuth endpoints (`/oidc/*`) answer with OAuth error JSON, never the service envelope; the
   // authorization endpoint is a page in a browser, whose mistakes are pages like its own refusals.
@@ -164,8 +156,12 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       if (apiError.status >= 500) request.log.error({ err: error }, "request failed");
       return sendError(reply, apiError);
     }
+    reply.header("access-control-allow-origin", "*");
     if (error instanceof OAuthError) {
-      return reply.code(error.status).send({ error: error.error, error_description: error.description });
+      return reply
+        .code(error.status)
+        .headers(error.headers)
+        .send({ error: error.error, error_description: error.description });
     }
     const outage = app.outageError(error);
     if (outage !== undefined) {
@@ -186,17 +182,39 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     return reply.code(500).send({ error: "server_error", error_description: "an unexpected error occurred" });
   });
 
+  /** Back to the client; RFC 9207: every authorization response names the issuer. */
+  function redirectWith(reply: FastifyReply, redirectUri: string, params: Record<string, string | undefined>) {
+    const url = new URL(redirectUri);
+    for (const [key, value] of Object.entries(params)) if (value !== undefined) url.searchParams.set(key, value);
+    url.searchParams.set("iss", publicUrl);
+    return reply.header("cache-control", "no-store").redirect(url.href, 302);
+  }
+
   /**
-   * Checks an authorization request. A request that names no registered client and redirect URI
-   * is answered with a page (there is nowhere safe to send it); any other mistake goes back to
-   * the client as an OAuth error.
+   * Checks an authorization request. A request that names no known client and redirect URI is
+   * answered with a page (there is nowhere safe to send it); any other mistake goes back to the
+   * client as an OAuth error.
    */
-  function checkRequest(q: AuthorizeQuery, reply: FastifyReply): CheckedRequest | FastifyReply {
-    const client = typeof q.client_id === "string" ? clients.get(q.client_id) : undefined;
+  async function checkRequest(q: AuthorizeQuery, reply: FastifyReply): Promise<CheckedRequest | FastifyReply> {
+    const clientId = single(q.client_id);
+    let client: OAuthClient | undefined;
+    try {
+      client = clientId === undefined || clientId.length > 2048 ? undefined : await clients.find(clientId);
+    } catch (error) {
+      if (!(error instanceof ClientProblem)) throw error;
+      return sendMessage(
+        reply,
+        400,
+        "Unknown application",
+        `The application could not be identified: ${error.message}.`,
+      );
+    }
     if (client === undefined) {
       return sendMessage(reply, 400, "Unknown application", "The application that sent you here is not registered.");
     }
-    if (typeof q.redirect_uri !== "string" || !client.redirect_uris.includes(q.redirect_uri)) {
+    const redirectUri = single(q.redirect_uri);
+    // Exact string comparison (OAuth 2.1 §2.3.1): one character off is another address.
+    if (redirectUri === undefined || !client.redirect_uris.includes(redirectUri)) {
       return sendMessage(
         reply,
         400,
@@ -204,23 +222,36 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         "The application asked to return to an address it has not registered.",
       );
     }
-    const redirectUri = q.redirect_uri;
-    const state = typeof q.state === "string" && q.state.length <= 1024 ? q.state : undefined;
+    const rawState = single(q.state);
+    const state = rawState !== undefined && rawState.length <= 1024 ? rawState : undefined;
     const fail = (error: string, description: string) =>
       redirectWith(reply, redirectUri, { error, error_description: description, state });
-    if (q.response_type !== "code") return fail("unsupported_response_type", "response_type must be code");
-    if (typeof q.scope !== "string" || !q.scope.split(" ").includes("openid")) {
-      return fail("invalid_scope", "scope must include openid");
+    if (single(q.response_type) !== "code") return fail("unsupported_response_type", "response_type must be code");
+    const scope = parseScope(single(q.scope) ?? "");
+    if (scope === undefined) return fail("invalid_scope", "scope is malformed");
+    let resource: string | undefined;
+    if (q.resource !== undefined) {
+      resource = parseResource(single(q.resource), deps.production);
+      if (resource === undefined) {
+        return fail("invalid_target", "resource must be one absolute https URI without a fragment");
+      }
     }
-    if (q.code_challenge_method !== "S256")
+    // Without `openid` this is a plain OAuth request, for an access token to a resource (MCP).
+    if (!scope.includes("openid") && resource === undefined) {
+      return fail("invalid_target", "resource is required (RFC 8707), or scope must include openid");
+    }
+    if (single(q.code_challenge_method) !== "S256") {
       return fail("invalid_request", "PKCE with code_challenge_method S256 is required");
-    if (typeof q.code_challenge !== "string" || !PKCE_CHALLENGE.test(q.code_challenge)) {
+    }
+    const codeChallenge = single(q.code_challenge);
+    if (codeChallenge === undefined || !PKCE_CHALLENGE.test(codeChallenge)) {
       return fail("invalid_request", "code_challenge must be a S256 PKCE challenge");
     }
-    if (q.nonce !== undefined && (typeof q.nonce !== "string" || q.nonce.length > 1024)) {
+    const nonce = single(q.nonce);
+    if (q.nonce !== undefined && (nonce === undefined || nonce.length > 1024)) {
       return fail("invalid_request", "nonce is too long");
     }
-    return { client, redirectUri, state, codeChallenge: q.code_challenge, nonce: q.nonce, scope: q.scope };
+    return { client, redirectUri, state, codeChallenge, nonce, scope: scope.join(" "), resource };
   }
 
   /** Issues a code for the signed-in person and sends the browser back to the client with it. */
@@ -242,6 +273,8 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         human_id: session.humanId,
         auth_at: session.authAt,
         auth_method: session.authMethod,
+        scope: checked.scope,
+        resource: checked.resource ?? null,
         created_at: now,
         expires_at: now + CODE_TTL_SECONDS * 1000,
         used_at: null,
@@ -261,27 +294,35 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       code_challenge_method: "S256",
       state: checked.state,
       nonce: checked.nonce,
+      resource: checked.resource,
     };
     return Object.fromEntries(Object.entries(fields).filter((e): e is [string, string] => e[1] !== undefined));
   }
 
-  app.get<{ Querystring: AuthorizeQuery }>("/oidc/authorize", async (request, reply) => {
+  /** Whether the person already allowed this: the client (id_token flow), or the client for the resource. */
+  function allowedBefore(humanId: string, checked: CheckedRequest): Promise<boolean> {
+    if (checked.resource === undefined) return consents.hasConsent(db, humanId, checked.client.client_id);
+    return hasActiveGrant(db, humanId, checked.client.client_id, checked.resource, clock.now());
+  }
+
+  app.get<{ Querystring: AuthorizeQuery }>(OAUTH_PATHS.authorization, async (request, reply) => {
     const q = request.query;
-    const checked = checkRequest(q, reply);
+    const checked = await checkRequest(q, reply);
     if (!("client" in checked)) return checked;
     const fail = (error: string, description: string) =>
       redirectWith(reply, checked.redirectUri, { error, error_description: description, state: checked.state });
     const session = await sessions.current(request);
-    const maxAge = q.max_age === undefined ? undefined : Number(q.max_age);
+    const maxAgeValue = single(q.max_age);
+    const maxAge = maxAgeValue === undefined ? undefined : Number(maxAgeValue);
     const stale =
       session !== undefined &&
       maxAge !== undefined &&
       Number.isFinite(maxAge) &&
       clock.now() - session.authAt > maxAge * 1000;
-    const prompts = typeof q.prompt === "string" ? q.prompt.split(" ") : [];
+    const prompts = single(q.prompt)?.split(" ") ?? [];
     // A client that asks for a phishing-resistant sign-in gets one: a person signed in otherwise
     // is asked for their passkey (and stays signed in meanwhile).
-    const wantsPasskey = typeof q.acr_values === "string" && q.acr_values.split(" ").includes(PHISHING_RESISTANT);
+    const wantsPasskey = single(q.acr_values)?.split(" ").includes(PHISHING_RESISTANT) ?? false;
     const unmet = session !== undefined && wantsPasskey && session.authMethod !== "passkey";
     if (session === undefined || stale || prompts.includes("login") || unmet) {
       if (prompts.includes("none")) {
@@ -290,22 +331,37 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
           : fail("login_required", "the person is not signed in");
       }
       // Resume here after sign-in; `prompt=login` is dropped so the fresh session is accepted.
-      const resume = new URLSearchParams(request.query as Record<string, string>);
-      resume.delete("prompt");
+      const resume = new URLSearchParams(carried(checked));
+      for (const name of ["max_age", "acr_values"] as const) {
+        const value = single(q[name]);
+        if (value !== undefined) resume.set(name, value);
+      }
       if (session !== undefined && !unmet) await sessions.signOut(request, reply);
-      const next = encodeURIComponent(`/oidc/authorize?${resume.toString()}`);
+      const next = encodeURIComponent(`${OAUTH_PATHS.authorization}?${resume.toString()}`);
       return reply.redirect(`/signin?next=${next}${wantsPasskey ? "&passkey=required" : ""}`, 303);
     }
-    const allowed = await consents.hasConsent(db, session.humanId, checked.client.client_id);
-    if (allowed && !prompts.includes("consent")) {
-      await consents.touchConsent(db, session.humanId, checked.client.client_id, clock.now());
+    if (!prompts.includes("consent") && (await allowedBefore(session.humanId, checked))) {
+      if (checked.resource === undefined) {
+        await consents.touchConsent(db, session.humanId, checked.client.client_id, clock.now());
+      }
       return issueCode(reply, checked, session);
     }
     if (prompts.includes("none")) return fail("consent_required", "the person has not allowed this client yet");
+    const audience =
+      checked.resource === undefined
+        ? (checked.client.service_did ?? checked.client.client_id)
+        : resourceAudience(checked.resource);
     return sendConsentPage(reply, {
       csrf: reply.generateCsrf(),
-      serviceDid: checked.client.service_did,
-      pseudonym: service.pseudonym(session.humanId, checked.client.service_did),
+      client: {
+        name: checked.client.client_name,
+        id: checked.client.client_id,
+        serviceDid: checked.client.service_did,
+        registered: checked.client.source === "registered",
+        loopbackOnly: redirectsOnlyToLoopback(checked.client),
+      },
+      resource: checked.resource,
+      pseudonym: service.pseudonym(session.humanId, audience),
       redirectUri: checked.redirectUri,
       request: carried(checked),
     });
@@ -314,18 +370,21 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   // The consent page's answer. The request is checked again (the form is the person's browser
   // talking, and a registered redirect URI is the only place an answer may go).
   app.post<{ Body: AuthorizeQuery & { decision?: string } }>(
-    "/oidc/consent",
+    OAUTH_PATHS.consent,
     {
       schema: { body: consentForm, consumes: ["application/x-www-form-urlencoded"] },
       preHandler: app.csrfProtection,
     },
     async (request, reply) => {
-      const checked = checkRequest(request.body, reply);
+      const checked = await checkRequest(request.body, reply);
       if (!("client" in checked)) return checked;
       const session = await sessions.current(request);
       if (session === undefined) {
         const resume = new URLSearchParams(carried(checked));
-        return reply.redirect(`/signin?next=${encodeURIComponent(`/oidc/authorize?${resume.toString()}`)}`, 303);
+        return reply.redirect(
+          `/signin?next=${encodeURIComponent(`${OAUTH_PATHS.authorization}?${resume.toString()}`)}`,
+          303,
+        );
       }
       if (request.body.decision !== "allow") {
         // RFC 6749 §4.1.2.1: the resource owner denied the request.
@@ -335,88 +394,60 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
           state: checked.state,
         });
       }
-      await consents.grantConsent(
-        db,
-        session.humanId,
-        checked.client.client_id,
-        checked.client.service_did,
-        clock.now(),
-      );
+      // An access request's consent is the grant made when its code is redeemed (listed and
+      // revocable on the account page); a sign-in's is remembered per client.
+      if (checked.resource === undefined) {
+        await consents.grantConsent(
+          db,
+          session.humanId,
+          checked.client.client_id,
+          checked.client.service_did ?? checked.client.client_id,
+          clock.now(),
+        );
+      }
       return issueCode(reply, checked, session);
     },
   );
 
-  app.post<{ Body: TokenBody }>("/oidc/token", async (request: FastifyRequest<{ Body: TokenBody }>, reply) => {
-    reply.header("cache-control", "no-store").header("pragma", "no-cache");
-    const body = (typeof request.body === "object" && request.body !== null ? request.body : {}) as TokenBody;
-    const field = (name: keyof TokenBody) => {
-      const value = body[name];
-      if (typeof value !== "string" || value.length === 0 || value.length > 2048) {
-        throw new OAuthError("invalid_request", `${name} is required`);
-      }
-      return value;
-    };
-    const grantType = field("grant_type");
-    if (grantType !== "authorization_code") throw new OAuthError("unsupported_grant_type", "only authorization_code");
-    const clientId = field("client_id");
-    const code = field("code");
-    // Every code here was issued with a S256 challenge, so a request without its verifier is
-    // malformed (invalid_request, RFC 6749 5.2) and, checked before redemption, burns no code.
-    const verifier = field("code_verifier");
-    const redirectUri = field("redirect_uri");
-    const client = clients.get(clientId);
-    if (client === undefined) throw new OAuthError("invalid_client", "unknown client", 401);
-    const now = clock.now();
-    const hash = hashToken(code);
-    // One atomic update redeems the code: of two concurrent redemptions exactly one gets a token.
-    const redeemed = await db
-      .updateTable("trust_oidc_codes")
-      .set({ used_at: now })
-      .where("code_hash", "=", hash)
-      .where("used_at", "is", null)
-      .where("expires_at", ">", now)
-      .executeTakeFirst();
-    if (Number(redeemed.numUpdatedRows) !== 1)
-      throw new OAuthError("invalid_grant", "the code is invalid, expired or used");
-    const row = await db
-      .selectFrom("trust_oidc_codes")
-      .selectAll()
-      .where("code_hash", "=", hash)
-      .executeTakeFirstOrThrow();
-    if (row.client_id !== clientId || row.redirect_uri !== redirectUri) {
-      throw new OAuthError("invalid_grant", "the code was issued to another client or redirect_uri");
-    }
-    const expected = Buffer.from(row.code_challenge);
-    const actual = Buffer.from(PKCE_VERIFIER.test(verifier) ? s256(verifier) : "");
-    if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
-      throw new OAuthError("invalid_grant", "code_verifier does not match the code_challenge");
-    }
-    await keys.fresh();
-    const key = keys.signingKey();
-    const iat = Math.floor(now / 1000);
-    const claims: Record<string, unknown> = {
-      iss: publicUrl,
-      aud: client.service_did,
-      sub: service.pseudonym(row.human_id, client.service_did),
-      iat,
-      exp: iat + ID_TOKEN_TTL_SECONDS,
-    };
-    if (row.nonce !== null) claims.nonce = row.nonce;
-    Object.assign(claims, authenticationClaims(row.auth_method));
-    const idToken = await new SignJWT(claims)
-      .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: key.kid })
-      .sign(key.privateKey);
-    return {
-      // The spec's response is the id_token; a bearer access token is included because OAuth
-      // clients require one, and it grants nothing here (there is no userinfo or API behind it).
-      access_token: randomToken("", 32),
-      id_token: idToken,
-      token_type: "Bearer",
-      expires_in: ID_TOKEN_TTL_SECONDS,
-    };
+  app.post<{ Body: TokenRequest }>(OAUTH_PATHS.token, async (request, reply) => {
+    reply.header("cache-control", "no-store").header("pragma", "no-cache").header("access-control-allow-origin", "*");
+    const body = (typeof request.body === "object" && request.body !== null ? request.body : {}) as TokenRequest;
+    return tokens.exchange(body, request.ip);
   });
 
-  app.get("/oidc/token", async (_request, reply) =>
+  app.get(OAUTH_PATHS.token, async (_request, reply) =>
     reply.code(405).header("allow", "POST").send({ error: "invalid_request", error_description: "use POST" }),
+  );
+
+  // RFC 7591 dynamic registration: public clients only, limited per address.
+  app.post<{ Body: Record<string, unknown> }>(
+    OAUTH_PATHS.registration,
+    { schema: { body: registrationBody }, bodyLimit: 16 * 1024 },
+    async (request, reply) => {
+      reply.header("cache-control", "no-store").header("access-control-allow-origin", "*");
+      const decision = await deps.limiter.hit(deps.settings.rateLimits.oauthRegister, rateLimitKey("ip", request.ip));
+      if (!decision.allowed) {
+        throw new OAuthError("slow_down", "too many registrations from this address", 429, {
+          "retry-after": String(decision.retryAfterSeconds),
+        });
+      }
+      let registered: Awaited<ReturnType<ClientRegistry["register"]>>;
+      try {
+        registered = await clients.register(request.body ?? {});
+      } catch (error) {
+        if (!(error instanceof ClientProblem)) throw error;
+        const code = /redirect/i.test(error.message) ? "invalid_redirect_uri" : "invalid_client_metadata";
+        throw new OAuthError(code, error.message);
+      }
+      return reply.code(201).send({
+        client_id: registered.client_id,
+        client_id_issued_at: registered.issuedAt,
+        client_name: registered.client_name,
+        redirect_uris: registered.redirect_uris,
+        token_endpoint_auth_method: "none",
+        grant_types: ["authorization_code", "refresh_token"],
+        response_types: ["code"],
+      });
+    },
   );
 }

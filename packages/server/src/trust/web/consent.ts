@@ -7,7 +7,18 @@ import { serviceName } from "./service-names.js";
 /** What the consent page needs to say, and the authorization request its form carries on. */
 export interface ConsentView {
   csrf: string;
-  serviceDid: string;
+  client: {
+    /** Its own name (from its metadata), or the operator's service DID for a registered one. */
+    name: string;
+    id: string;
+    serviceDid: string | undefined;
+    /** Registered by the operator: the name is vouched for; any other client names itself. */
+    registered: boolean;
+    /** Every redirect URI is on the person's own machine (a desktop or command-line client). */
+    loopbackOnly: boolean;
+  };
+  /** The resource (an MCP server) an access token is asked for; absent for a sign-in. */
+  resource: string | undefined;
   /** The pairwise `sub` the service would receive. */
   pseudonym: string;
   /** Where the browser returns: shown so a look-alike name cannot hide a foreign address. */
@@ -17,22 +28,43 @@ export interface ConsentView {
 }
 
 /**
- * The question asked on a person's first sign-in to a service: what the service will receive,
- * and Allow / Deny. One form with two submit buttons, so it works without JavaScript.
+ * The question asked on a person's first sign-in to a service, or first access to a resource
+ * through an application: what it will receive, and Allow / Deny. One form with two submit
+ * buttons, so it works without JavaScript.
  */
 export function sendConsentPage(reply: FastifyReply, view: ConsentView): FastifyReply {
-  const name = serviceName(view.serviceDid);
-  const returnTo = new URL(view.redirectUri).host;
+  const { client } = view;
+  const name = client.serviceDid !== undefined ? serviceName(client.serviceDid) : client.name;
+  const returnTo = new URL(view.redirectUri).host || view.redirectUri;
+  const resourceHost = view.resource === undefined ? undefined : new URL(view.resource).host;
+  const title = resourceHost === undefined ? `Sign in to ${name}?` : `Let ${name} use ${resourceHost} as you?`;
+  const unverified = client.registered
+    ? ""
+    : html`<p class="notice" role="note"><strong>${name}</strong> named itself: this attestor has not checked who makes it.
+  Allow only if you started this from an application you trust.</p>`;
+  // An operator-registered client is vouched for wherever it returns to.
+  const loopback =
+    client.loopbackOnly && !client.registered
+      ? html`<p class="notice" role="note">After you answer, your browser returns to an address on <strong>this computer</strong>
+  (<code>${returnTo}</code>): a desktop or command-line application. If you did not just start one, deny.</p>`
+      : "";
+  const intro =
+    resourceHost === undefined
+      ? html`<p><strong>${name}</strong> asks to sign you in with your account here.</p>`
+      : html`<p><strong>${name}</strong> asks to reach <strong>${resourceHost}</strong> on your behalf, as you.</p>`;
   return sendPage(reply, {
-    title: `Sign in to ${name}?`,
+    title,
     signedIn: { csrf: view.csrf },
-    body: html`<h1>Sign in to ${name}?</h1>
-<p><strong>${name}</strong> asks to sign you in with your account here.</p>
+    body: html`<h1>${title}</h1>
+${intro}
+${unverified}
+${loopback}
 <dl class="card">
-  <dt>Service</dt><dd><code>${view.serviceDid}</code></dd>
+  <dt>${client.registered ? "Service" : "Application"}</dt><dd><code title="${client.id}">${client.serviceDid ?? shortenDid(client.id)}</code></dd>
+  ${view.resource === undefined ? "" : html`<dt>Resource</dt><dd><code>${view.resource}</code></dd>`}
   <dt>You return to</dt><dd><code title="${view.redirectUri}">${returnTo}</code></dd>
 </dl>
-<h2>${name} will receive</h2>
+<h2>${resourceHost ?? name} will receive</h2>
 <ul>
   <li>An identifier made for this service alone: <code title="${view.pseudonym}">${shortenDid(view.pseudonym)}</code>.
     Every service gets a different one, so services cannot tell that they see the same person.</li>
@@ -46,7 +78,11 @@ export function sendConsentPage(reply: FastifyReply, view: ConsentView): Fastify
 <form method="post" action="/oidc/consent">
   <input type="hidden" name="_csrf" value="${view.csrf}">
   ${Object.entries(view.request).map(([key, value]) => html`<input type="hidden" name="${key}" value="${value}">`)}
-  <p class="muted">If you allow, ${name} can sign you in from now on without asking again, until you disconnect it on your account page.</p>
+  <p class="muted">${
+    resourceHost === undefined
+      ? `If you allow, ${name} can sign you in from now on without asking again, until you disconnect it on your account page.`
+      : `If you allow, ${name} keeps access until you revoke it on your account page (or it goes unused for 30 days).`
+  }</p>
   <div class="actions">
     <button type="submit" name="decision" value="allow">Allow</button>
     <button type="submit" name="decision" value="deny" class="secondary">Deny</button>

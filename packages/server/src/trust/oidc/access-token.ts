@@ -1,0 +1,51 @@
+import { randomUUID } from "node:crypto";
+import { SignJWT } from "jose";
+import type { KeyRing } from "../keys.js";
+
+/** RFC 9068 access tokens live this long (the issue's bound is 15 minutes). */
+export const ACCESS_TOKEN_TTL_SECONDS = 600;
+
+export interface AccessTokenClaims {
+  /** The resource (RFC 8707) the token is for: its `aud`. */
+  resource: string;
+  /** The person's pairwise pseudonym for the resource. */
+  sub: string;
+  clientId: string;
+  scope: string;
+  /** The agent acting for the person (JWT-bearer grant): RFC 8693 §4.1 `act`. */
+  actor?: string;
+  acr?: string;
+  amr?: string[];
+  /** When the person authenticated, in seconds. */
+  authTime?: number;
+}
+
+/** Signs an RFC 9068 JWT access token (`typ: at+jwt`) with the attestor's current key. */
+export async function signAccessToken(
+  keys: KeyRing,
+  issuer: string,
+  nowMs: number,
+  claims: AccessTokenClaims,
+): Promise<{ token: string; expiresIn: number }> {
+  await keys.fresh();
+  const key = keys.signingKey();
+  const iat = Math.floor(nowMs / 1000);
+  const payload: Record<string, unknown> = {
+    iss: issuer,
+    aud: claims.resource,
+    sub: claims.sub,
+    client_id: claims.clientId,
+    scope: claims.scope,
+    iat,
+    exp: iat + ACCESS_TOKEN_TTL_SECONDS,
+    jti: randomUUID(),
+  };
+  if (claims.authTime !== undefined) payload.auth_time = claims.authTime;
+  if (claims.acr !== undefined) payload.acr = claims.acr;
+  if (claims.amr !== undefined) payload.amr = claims.amr;
+  if (claims.actor !== undefined) payload.act = { sub: claims.actor };
+  const token = await new SignJWT(payload)
+    .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: key.kid })
+    .sign(key.privateKey);
+  return { token, expiresIn: ACCESS_TOKEN_TTL_SECONDS };
+}

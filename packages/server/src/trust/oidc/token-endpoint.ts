@@ -1,0 +1,289 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { NonceStore } from "@proto/protocol";
+import { SignJWT } from "jose";
+import type { Clock } from "../../platform/clock.js";
+import { ApiError } from "../../platform/errors.js";
+import { type RateLimiter, rateLimitKey } from "../../platform/rate-limit.js";
+import { hashToken, randomToken } from "../../platform/tokens.js";
+import type { KeyRing } from "../keys.js";
+import type { TrustService } from "../service.js";
+import type { TrustSettings } from "../settings.js";
+import { type AccessTokenClaims, signAccessToken } from "./access-token.js";
+import type { ClientRegistry, OAuthClient } from "./client-registry.js";
+import { createGrant, rotateRefreshToken } from "./grants.js";
+import { AssertionError, verifyAgentAssertion } from "./jwt-bearer.js";
+import { JWT_BEARER_GRANT, OAUTH_PATHS, PHISHING_RESISTANT } from "./metadata.js";
+import { OAuthError } from "./oauth-error.js";
+import { parseResource, resourceAudience } from "./resource.js";
+import { parseScope, withinScope } from "./scope.js";
+
+export const ID_TOKEN_TTL_SECONDS = 300;
+const PKCE_VERIFIER = /^[A-Za-z0-9\-._~]{43,128}$/;
+
+/**
+ * How the person signed in, as the id_token's `amr` (RFC 8176 where it has a value: a passkey is
+ * a hardware-bound key used after user verification) and `acr` when that is phishing-resistant.
+ */
+export function authenticationClaims(method: string | null): { amr?: string[]; acr?: string } {
+  if (method === "passkey") return { amr: ["hwk", "user"], acr: PHISHING_RESISTANT };
+  if (method === null) return {};
+  return { amr: [method] };
+}
+
+export type TokenRequest = Partial<Record<string, unknown>>;
+
+export interface TokenEndpointDeps {
+  service: TrustService;
+  keys: KeyRing;
+  clock: Clock;
+  publicUrl: string;
+  production: boolean;
+  clients: ClientRegistry;
+  /** Where JWT-bearer assertions' `jti`s are remembered (the replay store of signed requests). */
+  jtis: NonceStore;
+  limiter: RateLimiter;
+  settings: TrustSettings;
+}
+
+function s256(verifier: string): string {
+  return createHash("sha256").update(verifier, "ascii").digest("base64url");
+}
+
+/** `POST /oidc/token`: one function per grant type, each answering the token response. */
+export class TokenEndpoint {
+  readonly #deps: TokenEndpointDeps;
+
+  constructor(deps: TokenEndpointDeps) {
+    this.#deps = deps;
+  }
+
+  async exchange(body: TokenRequest, clientIp: string): Promise<Record<string, unknown>> {
+    const grantType = field(body, "grant_type");
+    if (grantType === "authorization_code") return this.#authorizationCode(body);
+    if (grantType === "refresh_token") return this.#refresh(body);
+    if (grantType === JWT_BEARER_GRANT) return this.#jwtBearer(body, clientIp);
+    throw new OAuthError(
+      "unsupported_grant_type",
+      "grant_type must be authorization_code, refresh_token or jwt-bearer",
+    );
+  }
+
+  async #client(body: TokenRequest): Promise<OAuthClient> {
+    const clientId = field(body, "client_id");
+    let client: OAuthClient | undefined;
+    try {
+      client = await this.#deps.clients.find(clientId);
+    } catch {
+      client = undefined;
+    }
+    if (client === undefined) throw new OAuthError("invalid_client", "unknown client", 401);
+    return client;
+  }
+
+  async #authorizationCode(body: TokenRequest): Promise<Record<string, unknown>> {
+    const clientId = field(body, "client_id");
+    const code = field(body, "code");
+    // Every code here was issued with a S256 challenge, so a request without its verifier is
+    // malformed (invalid_request, RFC 6749 5.2) and, checked before redemption, burns no code.
+    const verifier = field(body, "code_verifier");
+    const redirectUri = field(body, "redirect_uri");
+    const asked = optionalResource(body, this.#deps.production);
+    const client = await this.#client(body);
+    const db = this.#deps.service.database.db;
+    const now = this.#deps.clock.now();
+    const hash = hashToken(code);
+    // One atomic update redeems the code: of two concurrent redemptions exactly one gets a token.
+    const redeemed = await db
+      .updateTable("trust_oidc_codes")
+      .set({ used_at: now })
+      .where("code_hash", "=", hash)
+      .where("used_at", "is", null)
+      .where("expires_at", ">", now)
+      .executeTakeFirst();
+    if (Number(redeemed.numUpdatedRows) !== 1) {
+      throw new OAuthError("invalid_grant", "the code is invalid, expired or used");
+    }
+    const row = await db
+      .selectFrom("trust_oidc_codes")
+      .selectAll()
+      .where("code_hash", "=", hash)
+      .executeTakeFirstOrThrow();
+    if (row.client_id !== clientId || row.redirect_uri !== redirectUri) {
+      throw new OAuthError("invalid_grant", "the code was issued to another client or redirect_uri");
+    }
+    const expected = Buffer.from(row.code_challenge);
+    const actual = Buffer.from(PKCE_VERIFIER.test(verifier) ? s256(verifier) : "");
+    if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
+      throw new OAuthError("invalid_grant", "code_verifier does not match the code_challenge");
+    }
+    // RFC 8707 §2.2: the token request may name the resource again, and then only the same one.
+    if (asked !== undefined && asked !== row.resource) {
+      throw new OAuthError("invalid_target", "resource differs from the one the code was issued for");
+    }
+    const scope = row.scope ?? "openid";
+    const response: Record<string, unknown> = {};
+    if (scope.split(" ").includes("openid")) {
+      response.id_token = await this.#idToken(client, row.human_id, row.nonce, row.auth_method, now);
+    }
+    if (row.resource === null) {
+      // The id_token flow of before resource indicators: a bearer access token is included because
+      // OAuth clients require one, and it grants nothing here (no userinfo or API behind it).
+      return { access_token: randomToken("", 32), ...response, token_type: "Bearer", expires_in: ID_TOKEN_TTL_SECONDS };
+    }
+    const grant = await createGrant(
+      db,
+      {
+        humanId: row.human_id,
+        clientId,
+        clientName: client.client_name,
+        resource: row.resource,
+        scope,
+        authMethod: row.auth_method,
+      },
+      now,
+    );
+    await this.#deps.clients.touch(client);
+    const access = await this.#accessToken(row.human_id, row.resource, clientId, scope, row.auth_method, now);
+    return {
+      access_token: access.token,
+      token_type: "Bearer",
+      expires_in: access.expiresIn,
+      refresh_token: grant.refreshToken,
+      scope,
+      ...response,
+    };
+  }
+
+  async #refresh(body: TokenRequest): Promise<Record<string, unknown>> {
+    const token = field(body, "refresh_token");
+    const clientId = field(body, "client_id");
+    const asked = optionalResource(body, this.#deps.production);
+    const askedScope = body.scope === undefined ? undefined : parseScope(body.scope);
+    if (askedScope === undefined && body.scope !== undefined)
+      throw new OAuthError("invalid_scope", "scope is malformed");
+    await this.#client(body);
+    const now = this.#deps.clock.now();
+    const rotation = await rotateRefreshToken(this.#deps.service.database.db, token, clientId, now);
+    if (!rotation.ok) throw new OAuthError("invalid_grant", rotation.reason);
+    const { grant } = rotation;
+    if (asked !== undefined && asked !== grant.resource) {
+      throw new OAuthError("invalid_target", "resource differs from the one the grant is for");
+    }
+    const granted = grant.scope.split(" ");
+    // RFC 6749 §6: a narrower scope may be asked for, never a wider one.
+    if (askedScope !== undefined && !withinScope(askedScope, granted)) {
+      throw new OAuthError("invalid_scope", "the scope asked for is wider than the one granted");
+    }
+    const scope = (askedScope ?? granted).join(" ");
+    const access = await this.#accessToken(grant.humanId, grant.resource, clientId, scope, grant.authMethod, now);
+    return {
+      access_token: access.token,
+      token_type: "Bearer",
+      expires_in: access.expiresIn,
+      refresh_token: rotation.refreshToken,
+      scope,
+    };
+  }
+
+  async #jwtBearer(body: TokenRequest, clientIp: string): Promise<Record<string, unknown>> {
+    const assertion = field(body, "assertion");
+    const resource = optionalResource(body, this.#deps.production);
+    if (resource === undefined)
+      throw new OAuthError("invalid_target", "resource is required: the token is for one resource");
+    const scope = body.scope === undefined ? [] : parseScope(body.scope);
+    if (scope === undefined) throw new OAuthError("invalid_scope", "scope is malformed");
+    const { limiter, settings, clock, publicUrl } = this.#deps;
+    // The agent's address counts as it does for `/v1/token`, whose other limits apply too.
+    const decision = await limiter.hit(settings.rateLimits.token, rateLimitKey("ip", clientIp));
+    if (!decision.allowed) {
+      throw new OAuthError("slow_down", "too many token requests from this address", 429, {
+        "retry-after": String(decision.retryAfterSeconds),
+      });
+    }
+    let agentDid: string;
+    try {
+      agentDid = await verifyAgentAssertion(assertion, {
+        audiences: [`${publicUrl}${OAUTH_PATHS.token}`, publicUrl],
+        nowMs: clock.now(),
+        jtis: this.#deps.jtis,
+      });
+    } catch (error) {
+      if (error instanceof AssertionError) throw new OAuthError("invalid_grant", error.message);
+      throw error;
+    }
+    let humanId: string;
+    try {
+      ({ humanId } = await this.#deps.service.authorizeAgent(agentDid, resourceAudience(resource)));
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status >= 500) throw error;
+      if (error.status === 429) {
+        throw new OAuthError("slow_down", error.message, 429, {
+          "retry-after": String(error.retryAfterSeconds ?? 60),
+        });
+      }
+      throw new OAuthError("invalid_grant", `${error.code}: ${error.message}`);
+    }
+    const access = await this.#accessToken(humanId, resource, agentDid, scope.join(" "), null, clock.now(), agentDid);
+    return { access_token: access.token, token_type: "Bearer", expires_in: access.expiresIn, scope: scope.join(" ") };
+  }
+
+  #accessToken(
+    humanId: string,
+    resource: string,
+    clientId: string,
+    scope: string,
+    authMethod: string | null,
+    now: number,
+    actor?: string,
+  ) {
+    const claims: AccessTokenClaims = {
+      resource,
+      sub: this.#deps.service.pseudonym(humanId, resourceAudience(resource)),
+      clientId,
+      scope,
+      ...authenticationClaims(authMethod),
+      ...(actor === undefined ? {} : { actor }),
+    };
+    return signAccessToken(this.#deps.keys, this.#deps.publicUrl, now, claims);
+  }
+
+  async #idToken(client: OAuthClient, humanId: string, nonce: string | null, authMethod: string | null, now: number) {
+    const { keys, service, publicUrl } = this.#deps;
+    await keys.fresh();
+    const key = keys.signingKey();
+    const iat = Math.floor(now / 1000);
+    // An operator-registered relying party gets its service DID as audience (what it signs agents
+    // in as); any other client its client_id, as OpenID Connect has it.
+    const audience = client.service_did ?? client.client_id;
+    const claims: Record<string, unknown> = {
+      iss: publicUrl,
+      aud: audience,
+      sub: service.pseudonym(humanId, audience),
+      iat,
+      exp: iat + ID_TOKEN_TTL_SECONDS,
+    };
+    if (nonce !== null) claims.nonce = nonce;
+    Object.assign(claims, authenticationClaims(authMethod));
+    return new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: key.kid }).sign(key.privateKey);
+  }
+}
+
+function field(body: TokenRequest, name: string): string {
+  const value = body[name];
+  if (typeof value !== "string" || value.length === 0 || value.length > 4096) {
+    throw new OAuthError("invalid_request", `${name} is required`);
+  }
+  return value;
+}
+
+/** The request's `resource`, when it names one; more than one is refused (one audience a token). */
+function optionalResource(body: TokenRequest, production: boolean): string | undefined {
+  const value = body.resource;
+  if (value === undefined) return undefined;
+  if (Array.isArray(value)) throw new OAuthError("invalid_target", "name one resource per request");
+  const resource = parseResource(value, production);
+  if (resource === undefined) {
+    throw new OAuthError("invalid_target", "resource must be an absolute https URI without a fragment");
+  }
+  return resource;
+}
