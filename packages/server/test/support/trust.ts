@@ -129,6 +129,8 @@ export async function startTrustHarness(
     port?: number;
     /** Where the attestor logs (default: nowhere). */
     logStream?: NodeJS.WritableStream;
+    /** A CA the attestor's outbound fetches trust (client metadata documents on a test host). */
+    fetchCa?: string;
   } = {},
 ): Promise<TrustHarness> {
   const ownsDatabase = options.database === undefined;
@@ -136,7 +138,11 @@ export async function startTrustHarness(
   const redisPrefix = options.redisPrefix ?? uniquePrefix("trust");
   const publicUrl = options.env?.TRUST_PUBLIC_URL ?? "https://trust.test";
   const env = { ...trustTestEnv(variant, database.url, publicUrl), ...options.env };
-  const app = await buildTrustApp(readTrustConfig(env), { logStream: options.logStream ?? quietLog(), redisPrefix });
+  const app = await buildTrustApp(readTrustConfig(env), {
+    logStream: options.logStream ?? quietLog(),
+    redisPrefix,
+    ...(options.fetchCa === undefined ? {} : { fetchCa: options.fetchCa }),
+  });
   const url = await listenLocal(app.app, options.port);
 
   const harness: TrustHarness = {

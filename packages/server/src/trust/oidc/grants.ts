@@ -27,7 +27,12 @@ export interface NewGrant {
   authMethod: string | null;
 }
 
-export type Rotation = { ok: true; grant: Grant; refreshToken: string } | { ok: false; reason: string };
+export type Rotation =
+  | { ok: true; grant: Grant; refreshToken: string }
+  | { ok: false; error: "invalid_grant" | "invalid_scope" | "invalid_target"; reason: string };
+
+/** What a refresh must still satisfy, checked before its token is used up: a refusal burns nothing. */
+export type RefreshCheck = (grant: Grant) => Extract<Rotation, { ok: false }> | undefined;
 
 function newRefreshToken(): string {
   return randomToken("prt_", 32);
@@ -82,21 +87,31 @@ async function revokeFamily(db: Db, grantId: string, now: number): Promise<void>
  * used (or used by a concurrent request a moment ago) is a sign it was stolen: the whole family
  * is revoked, so neither the thief nor the client can refresh again (OAuth 2.1 §4.3.1).
  */
-export async function rotateRefreshToken(db: Db, token: string, clientId: string, now: number): Promise<Rotation> {
+export async function rotateRefreshToken(
+  db: Db,
+  token: string,
+  clientId: string,
+  now: number,
+  check: RefreshCheck = () => undefined,
+): Promise<Rotation> {
   const hash = hashToken(token);
   const row = await db
     .selectFrom("trust_oauth_refresh_tokens")
     .select(["grant_id", "used_at"])
     .where("token_hash", "=", hash)
     .executeTakeFirst();
-  if (row === undefined) return { ok: false, reason: "the refresh token is not known" };
+  if (row === undefined) return { ok: false, error: "invalid_grant", reason: "the refresh token is not known" };
   const grantRow = await db
     .selectFrom("trust_oauth_grants")
     .selectAll()
     .where("id", "=", row.grant_id)
     .executeTakeFirst();
   if (grantRow === undefined || grantRow.client_id !== clientId) {
-    return { ok: false, reason: "the refresh token was issued to another client" };
+    return { ok: false, error: "invalid_grant", reason: "the refresh token was issued to another client" };
+  }
+  if (row.used_at === null && grantRow.revoked_at === null) {
+    const refused = check(toGrant(grantRow));
+    if (refused !== undefined) return refused;
   }
   const used = await db
     .updateTable("trust_oauth_refresh_tokens")
@@ -106,10 +121,15 @@ export async function rotateRefreshToken(db: Db, token: string, clientId: string
     .executeTakeFirst();
   if (Number(used.numUpdatedRows) !== 1) {
     await revokeFamily(db, row.grant_id, now);
-    return { ok: false, reason: "the refresh token was already used: every token of its grant is revoked" };
+    return {
+      ok: false,
+      error: "invalid_grant",
+      reason: "the refresh token was already used: every token of its grant is revoked",
+    };
   }
-  if (grantRow.revoked_at !== null) return { ok: false, reason: "the grant was revoked" };
-  if (grantRow.expires_at <= now) return { ok: false, reason: "the grant lapsed; sign in again" };
+  if (grantRow.revoked_at !== null) return { ok: false, error: "invalid_grant", reason: "the grant was revoked" };
+  if (grantRow.expires_at <= now)
+    return { ok: false, error: "invalid_grant", reason: "the grant lapsed; sign in again" };
   await db
     .updateTable("trust_oauth_grants")
     .set({ last_used_at: now, expires_at: now + GRANT_IDLE_SECONDS * 1000 })

@@ -163,17 +163,19 @@ export class TokenEndpoint {
       throw new OAuthError("invalid_scope", "scope is malformed");
     await this.#client(body);
     const now = this.#deps.clock.now();
-    const rotation = await rotateRefreshToken(this.#deps.service.database.db, token, clientId, now);
-    if (!rotation.ok) throw new OAuthError("invalid_grant", rotation.reason);
+    const rotation = await rotateRefreshToken(this.#deps.service.database.db, token, clientId, now, (grant) => {
+      if (asked !== undefined && asked !== grant.resource) {
+        return { ok: false, error: "invalid_target", reason: "resource differs from the one the grant is for" };
+      }
+      // RFC 6749 §6: a narrower scope may be asked for, never a wider one.
+      if (askedScope !== undefined && !withinScope(askedScope, grant.scope.split(" "))) {
+        return { ok: false, error: "invalid_scope", reason: "the scope asked for is wider than the one granted" };
+      }
+      return undefined;
+    });
+    if (!rotation.ok) throw new OAuthError(rotation.error, rotation.reason);
     const { grant } = rotation;
-    if (asked !== undefined && asked !== grant.resource) {
-      throw new OAuthError("invalid_target", "resource differs from the one the grant is for");
-    }
     const granted = grant.scope.split(" ");
-    // RFC 6749 §6: a narrower scope may be asked for, never a wider one.
-    if (askedScope !== undefined && !withinScope(askedScope, granted)) {
-      throw new OAuthError("invalid_scope", "the scope asked for is wider than the one granted");
-    }
     const scope = (askedScope ?? granted).join(" ");
     const access = await this.#accessToken(grant.humanId, grant.resource, clientId, scope, grant.authMethod, now);
     return {

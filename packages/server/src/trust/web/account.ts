@@ -1,5 +1,6 @@
 import type {} from "@fastify/csrf-protection";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
 import { html, type SafeHtml } from "../../platform/html.js";
 import { SINGLE_LINE } from "../../platform/input-rules.js";
@@ -8,6 +9,8 @@ import * as consents from "../oidc/consents.js";
 import type { Passkeys } from "../passkeys.js";
 import type { TrustService } from "../service.js";
 import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
+import { accessSection, registerAccessRoutes } from "./access-grants.js";
+import { date } from "./dates.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
 import { PASSKEY_SCRIPTS, passkeySection } from "./passkeys.js";
@@ -22,6 +25,7 @@ export interface AccountDeps {
   /** Extra actions offered on the account page (payment verification, upstream sign-in). */
   actions: () => { label: string; path: string }[];
   passkeys: Passkeys;
+  clock: Clock;
 }
 
 type ServiceAction = "suspend" | "restore";
@@ -72,11 +76,6 @@ const METHOD_NAMES: Record<string, string> = {
   oauth: "Sign-in provider",
   payment: "Payment",
 };
-
-const date = (ms: number | null) =>
-  ms === null
-    ? html`<span class="muted">never</span>`
-    : html`<time datetime="${new Date(ms).toISOString()}">${new Date(ms).toISOString().slice(0, 16).replace("T", " ")} UTC</time>`;
 
 /** One service of a binding: its name, its DID, its last use, and the button that flips it. */
 function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string): SafeHtml {
@@ -283,6 +282,8 @@ ${
 }
 <h2>Connected services</h2>
 ${connectedServices(connected, csrf)}
+<h2 id="access">Applications with access</h2>
+${await accessSection(service.database.db, session.humanId, csrf, now)}
 <h2>Session</h2>
 <form method="post" action="/signout"><input type="hidden" name="_csrf" value="${csrf}"><button class="secondary" type="submit">Sign out</button></form>`,
     });
@@ -336,6 +337,8 @@ ${connectedServices(connected, csrf)}
       return reply.redirect(`/account?${new URLSearchParams({ done: "revoked", binding: request.params.id })}`, 303);
     },
   );
+
+  registerAccessRoutes(app, { db: service.database.db, clock: deps.clock, accountForm });
 
   app.post<{ Body: { client_id: string } }>(
     "/account/connections/disconnect",

@@ -103,6 +103,7 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     publicUrl: options.publicUrl,
     actions: options.accountActions,
     passkeys,
+    clock: options.clock,
   });
 
   if (options.mailer instanceof OutboxMailer) outboxPage(app, options.mailer);
