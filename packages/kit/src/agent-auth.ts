@@ -17,11 +17,18 @@ import type { AgentContext, ResolvedOptions } from "./core.js";
 import type { KitRequest } from "./http.js";
 import type { RateLimiter } from "./rate-limit.js";
 import { parseJsonObject } from "./request-body.js";
-import { accountExpiresAt, toAccountResource } from "./resource.js";
+import { type AccountResource, accountExpiresAt, toAccountResource } from "./resource.js";
 import { SignedAgentChallenge } from "./signed-agents.js";
 import type { AccountRecord, AttestationUpdate, KitStore } from "./store/types.js";
 
 export const RATE_WINDOW_SECONDS = 3600;
+
+/** An agent's account once resolved (found, or created by this request). */
+export interface ResolvedAccount {
+  record: AccountRecord;
+  account: AccountResource;
+  created: boolean;
+}
 
 export interface AgentAuthenticatorDeps {
   verifier: RequestVerifier;
@@ -44,11 +51,44 @@ export class AgentAuthenticator {
   }
 
   async authenticate(request: KitRequest, route: string, explicitSignup = false): Promise<AgentContext> {
-    const { attestors, store, options } = this.#deps;
     const { signature, signedAgent } = await this.#verifySignature(request);
     const did = signature.keyid;
     const jwt = request.headers.get(ATTESTATION_HEADER);
-    const attestation = jwt === null ? undefined : await attestors.verify(jwt, did);
+    const attestation = jwt === null ? undefined : await this.#deps.attestors.verify(jwt, did);
+    const { record, account, created } = await this.#resolve(did, attestation, route, explicitSignup, false);
+    const body = signature.body;
+    return {
+      did,
+      account,
+      record,
+      created,
+      attestation,
+      signature,
+      signedAgent,
+      body,
+      json: () => parseJsonObject(body),
+    };
+  }
+
+  /**
+   * The account of an agent that an OAuth access token (RFC 9068, with `act`) authenticates rather
+   * than a signature: the attestor issued the token to that agent for its person, so the token
+   * stands where an attestation would (the same person, the same signup rules, the same limits). It
+   * carries no verification method, so the one an attestation recorded is kept.
+   */
+  async resolveTokenActor(did: string, evidence: KitAttestation, route: string): Promise<ResolvedAccount> {
+    return this.#resolve(did, evidence, route, false, true);
+  }
+
+  /** From a verified caller to its account: implicit signup, `attested_only`, expiry, rate limit, attested session. */
+  async #resolve(
+    did: string,
+    attestation: KitAttestation | undefined,
+    route: string,
+    explicitSignup: boolean,
+    fromToken: boolean,
+  ): Promise<ResolvedAccount> {
+    const { store, options } = this.#deps;
     const now = this.#deps.now();
     let record = await store.findAccountByDid(did);
     let created = false;
@@ -89,7 +129,7 @@ export class AgentAuthenticator {
       const claimed = record.claimedAt !== undefined;
       await this.#rateLimit(route, did, claimed ? options.claimedLimit : options.unclaimedLimit, now);
       if (attestation !== undefined) {
-        record = await this.#renewAttestation(record, attestation, now);
+        record = await this.#renewAttestation(record, attestation, now, fromToken);
       } else if (this.#sessionEnforced() && !(record.attestedUntil !== undefined && record.attestedUntil > now)) {
         throw this.#attestationRequired(
           "attested_session_lapsed",
@@ -97,19 +137,7 @@ export class AgentAuthenticator {
         );
       }
     }
-    const account = toAccountResource(record, now, options.ttlSeconds);
-    const body = signature.body;
-    return {
-      did,
-      account,
-      record,
-      created,
-      attestation,
-      signature,
-      signedAgent,
-      body,
-      json: () => parseJsonObject(body),
-    };
+    return { record, created, account: toAccountResource(record, now, options.ttlSeconds) };
   }
 
   /**
@@ -176,9 +204,15 @@ export class AgentAuthenticator {
     return { issuer: attestation.canonicalIssuer, verification: attestation.verification, at: now, until };
   }
 
-  async #renewAttestation(record: AccountRecord, attestation: KitAttestation, now: number): Promise<AccountRecord> {
+  async #renewAttestation(
+    record: AccountRecord,
+    attestation: KitAttestation,
+    now: number,
+    fromToken: boolean,
+  ): Promise<AccountRecord> {
     const store = this.#deps.store;
     const update = this.#attestationUpdate(attestation, now);
+    if (fromToken) update.verification = record.attestedVerification;
     const extended = this.#deps.options.attestedSession?.mode === "extended";
     const needsPerson = record.personId === undefined && attestation.subH !== undefined;
     const previous = record.attestedUntil ?? 0;

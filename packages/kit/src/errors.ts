@@ -121,6 +121,13 @@ export const KIT_SPECIFIC_ERRORS = {
       "A Web Bot Auth signature identifies the agent, but this route acts for an account: sign with the proto profile (keyid a did:key), or send a Proto-Attestation with a Web Bot Auth signature that covers @method, @target-uri and content-digest and carries a nonce",
   },
   kit_signed_agent_refused: { status: 403, message: "This route does not serve signed agents" },
+  kit_token_required: {
+    status: 401,
+    message: "This resource needs an OAuth access token: Authorization: Bearer <token>",
+  },
+  // RFC 6750 §3.1's codes, for protected resources (`mcp-resource.ts`).
+  invalid_token: { status: 401, message: "The access token is invalid, expired or not for this resource" },
+  insufficient_scope: { status: 403, message: "The access token lacks a scope this resource needs" },
   payload_too_large: { status: 413, message: "Request body is too large" },
   not_found: { status: 404, message: "Not found" },
   internal_error: { status: 500, message: "Internal error" },

@@ -9,13 +9,17 @@ import type {
   FastifyPluginAsync,
   FastifyReply,
   FastifyRequest,
+  HTTPMethods,
+  onRequestAsyncHookHandler,
   preHandlerAsyncHookHandler,
   preParsingAsyncHookHandler,
+  RouteHandlerMethod,
 } from "fastify";
 import { asProtoError, kitError } from "./errors.js";
 import { guardRequest, type RequireAgentOptions } from "./guard.js";
 import { errorResponse, type KitRequest, type KitResponse, mergeChallenges, publicUrlFor, toHeaders } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
+import type { BearerContext, ProtectedResource, ProtectedResourceOptions } from "./mcp-resource.js";
 import type { SignedAgentIdentity } from "./signed-agents.js";
 
 export type { RequireAgentOptions } from "./guard.js";
@@ -29,6 +33,8 @@ declare module "fastify" {
      * is `allow`; else null.
      */
     signedAgent: SignedAgentIdentity | null;
+    /** The caller of a protected resource (set by `requireBearer`, as `mcpRoute` does), else null. */
+    bearer: BearerContext | null;
   }
 }
 
@@ -197,4 +203,64 @@ export function createService(kit: Kit, options: CreateServiceOptions = {}): Fas
   // Like fastify-plugin: the request decoration belongs to the application, not to a child scope.
   (plugin as unknown as Record<symbol, unknown>)[Symbol.for("skip-override")] = true;
   return plugin;
+}
+
+/**
+ * An `onRequest` hook that admits only a valid bearer access token for `resource` and sets
+ * `request.bearer`: it runs before the body is read, so a refused request costs no parsing.
+ * Refusals answer in the envelope with the `Bearer` (and, on a 401, `Proto`) challenges.
+ */
+export function requireBearer(resource: ProtectedResource): onRequestAsyncHookHandler {
+  return async function protoRequireBearer(request, reply) {
+    const headers = toHeaders(request.headers as Record<string, string | string[] | undefined>);
+    try {
+      request.bearer = await resource.authenticate({ method: request.method, headers });
+    } catch (error) {
+      return send(reply, resource.errorResponse(error, { headers }));
+    }
+  };
+}
+
+/** Serves the resource's RFC 9728 metadata at each of its `metadataPaths` (GET, HEAD, CORS preflight). */
+export function serveResourceMetadata(app: FastifyInstance, resource: ProtectedResource): void {
+  for (const path of resource.metadataPaths) {
+    app.route({
+      method: ["GET", "HEAD", "OPTIONS"],
+      url: path,
+      handler: async (request, reply) => {
+        const answer = resource.metadataResponse(request.method, path);
+        return send(reply, answer ?? errorResponse(kitError("not_found")));
+      },
+    });
+  }
+}
+
+export interface McpRouteOptions extends ProtectedResourceOptions {
+  /** The methods of the endpoint (default the Streamable HTTP transport's: POST, GET, DELETE). */
+  methods?: HTTPMethods[];
+}
+
+/**
+ * An MCP endpoint protected by the attestors' access tokens, in one call: the resource's metadata
+ * (`/.well-known/oauth-protected-resource{path}`, and at the root) and `path` for every method of
+ * the transport, guarded by `requireBearer`; the handler reads `request.bearer`. Answers the
+ * `ProtectedResource` (its `resource` URL is what clients ask tokens for).
+ */
+export function mcpRoute(
+  app: FastifyInstance,
+  kit: Kit,
+  options: McpRouteOptions,
+  handler: RouteHandlerMethod,
+): ProtectedResource {
+  const { methods, ...resourceOptions } = options;
+  const resource = kit.protectedResource(resourceOptions);
+  if (!app.hasRequestDecorator("bearer")) app.decorateRequest("bearer", null);
+  serveResourceMetadata(app, resource);
+  app.route({
+    method: methods ?? ["POST", "GET", "DELETE"],
+    url: resource.path,
+    onRequest: requireBearer(resource),
+    handler,
+  });
+  return resource;
 }

@@ -11,13 +11,16 @@ export {
 export { MAIL_RETRY_AFTER_SECONDS } from "./email.js";
 export type { KitErrorUse, KitSpecificErrorCode } from "./errors.js";
 export { KIT_ERRORS, KIT_SPECIFIC_ERRORS, kitError } from "./errors.js";
-export type { CreateServiceOptions, RequireAgentOptions } from "./fastify.js";
+export type { CreateServiceOptions, McpRouteOptions, RequireAgentOptions } from "./fastify.js";
 export {
   agentRoute,
   captureRawBody,
   createService,
+  mcpRoute,
   protoServerOptions,
   requireAgent,
+  requireBearer,
+  serveResourceMetadata,
   toKitRequest,
 } from "./fastify.js";
 export type { KitRequest, KitResponse } from "./http.js";
@@ -43,10 +46,26 @@ export {
 } from "./kit.js";
 export type { KitMail, KitMailer, KitMailOptions, OutboxEntry } from "./mailer.js";
 export { DEFAULT_MAILS_PER_RECIPIENT_PER_HOUR, SmtpMailer } from "./mailer.js";
+export type {
+  AccessTokenClaims,
+  BearerAgent,
+  BearerContext,
+  BearerPerson,
+  BearerRequest,
+  ProtectedResourceMetadata,
+  ProtectedResourceOptions,
+} from "./mcp-resource.js";
+export {
+  BearerError,
+  MAX_BEARER_TOKEN_LENGTH,
+  PROTECTED_RESOURCE_METADATA_PATH,
+  ProtectedResource,
+  resourceSubjectAudience,
+} from "./mcp-resource.js";
 export type { RekeyResult, RevocationResult } from "./owner.js";
 export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";
 export { MemoryRateLimiter, StoreRateLimiter } from "./rate-limit.js";
-export type { AccountResource, AccountState } from "./resource.js";
+export type { AccountOwner, AccountResource, AccountState, OwnerAccountView } from "./resource.js";
 export type { NewOwnerSession, OwnerSession } from "./sessions.js";
 export type { SignedAgentIdentity, SignedAgentPolicy } from "./signed-agents.js";
 export { SignedAgentChallenge } from "./signed-agents.js";

@@ -4,6 +4,7 @@ import {
   attemptedProtocol,
   createRequestVerifier,
   createWebBotAuthVerifier,
+  DEFAULT_SKEW_SECONDS,
   type DiscoveryDocument,
   type FetchFunction,
   formatProtoChallenge,
@@ -39,6 +40,7 @@ import {
 import { invitationHandler } from "./invitation.js";
 import { keyDirectorySource } from "./key-directories.js";
 import type { KitMailOptions, OutboxEntry } from "./mailer.js";
+import { ProtectedResource, type ProtectedResourceOptions } from "./mcp-resource.js";
 import {
   keyRekeyHandler,
   keyRevocationHandler,
@@ -257,6 +259,7 @@ export class Kit {
   readonly #onError: (error: unknown) => void;
   readonly #ownsStore: boolean;
   readonly #routes = new Map<string, MountedRoute>();
+  readonly #skewSeconds: number;
   readonly #timer: NodeJS.Timeout;
 
   /** @internal use `createKit`. */
@@ -321,6 +324,7 @@ export class Kit {
       serviceName: serviceName(options.serviceName, publicUrl),
       ownerPage: ownerPage(options.ownerPage, this.origin),
     };
+    this.#skewSeconds = options.skewSeconds ?? DEFAULT_SKEW_SECONDS;
     const nonceStore = options.nonceStore ?? new MemoryNonceStore({ now: this.#now });
     const verifier = createRequestVerifier({
       nonceStore,
@@ -467,6 +471,33 @@ export class Kit {
   /** `authenticate` over the kit's own request shape (what adapters call). */
   async authenticateRequest(request: KitRequest, route: string, explicitSignup = false): Promise<AgentContext> {
     return this.#authenticator.authenticate(request, route, explicitSignup);
+  }
+
+  // ---------------------------------------------------------------- protected resources (MCP)
+
+  /**
+   * An OAuth protected resource of this service (an MCP endpoint at `path`): RFC 9728 metadata
+   * naming the accepted attestors as its authorization servers, and the offline check of the RFC 9068
+   * access tokens they issue, whose agents land in the accounts their signed requests use. Mount it
+   * with `mcpRoute` (Fastify), or its `handleMetadata`, `authenticate` and `errorToResponse`.
+   */
+  protectedResource(options: ProtectedResourceOptions): ProtectedResource {
+    return new ProtectedResource(
+      {
+        origin: this.origin,
+        serviceDid: this.serviceDid,
+        serviceName: this.#options.serviceName,
+        attestors: this.attestors,
+        store: this.store,
+        skewSeconds: this.#skewSeconds,
+        now: this.#now,
+        resolveAgent: (did, evidence, route) => this.#authenticator.resolveTokenActor(did, evidence, route),
+        accountResource: (record) => this.accountResource(record),
+        canonicalIdentity: (input) => this.sessions.canonicalIdentity(input),
+        errorResponse: (error, request) => this.errorResponse(error, request),
+      },
+      options,
+    );
   }
 
   // ---------------------------------------------------------------- owner sessions
