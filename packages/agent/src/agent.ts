@@ -214,6 +214,14 @@ export class Agent {
     return ServiceClient.connect(url, { ...clientOptions, ...(options.signal ? { signal: options.signal } : {}) });
   }
 
+  /**
+   * The HTTP options the agent was opened with (`fetch`, `timeoutMs`, `maxResponseBytes`, `now`),
+   * for clients built beside it (the MCP transport) to reach the same hosts the same way.
+   */
+  httpOptions(): HttpOptions & { now?: () => number } {
+    return this.#http();
+  }
+
   #http(): HttpOptions & { now?: () => number } {
     const { fetch, timeoutMs, maxResponseBytes, now } = this.#options;
     return {

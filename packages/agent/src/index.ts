@@ -65,6 +65,15 @@ export type {
   WebBotAuthSigning,
 } from "./identity.js";
 export { AgentIdentity } from "./identity.js";
+export type { ConnectMcpOptions } from "./mcp.js";
+export { checkMcpUrl, connectMcp, mcpError } from "./mcp.js";
+export type { McpAuthProviderOptions } from "./mcp-auth.js";
+export {
+  AgentMcpAuthProvider,
+  ASSERTION_LIFETIME_SECONDS,
+  createMcpAuthProvider,
+  JWT_BEARER_GRANT,
+} from "./mcp-auth.js";
 export type { ResolvedEndpoints, ServiceClientOptions, ServiceDiscovery, ServiceResponse } from "./service.js";
 export { DISCOVERY_PATH, discoverService, ServiceClient, serviceOrigin } from "./service.js";
 export type {

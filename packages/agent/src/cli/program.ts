@@ -24,6 +24,7 @@ import { AgentStore, type BindingRecord, defaultHome } from "../store.js";
 import { TokenCache } from "../token-cache.js";
 import { attestationDocument, bindingDocument, isoTime, subjectOf } from "./documents.js";
 import { runLink } from "./link.js";
+import { runMcp } from "./mcp.js";
 import { EXIT, exitCodeOf, Interrupted, nextStepFor, Output, table } from "./output.js";
 
 export interface RunContext {
@@ -466,6 +467,28 @@ function buildProgram(
           if (next !== undefined) context.stderr.write(`proto: ${next}\n`);
           setExit(response.status === 401 || response.status === 403 ? EXIT.auth : EXIT.server);
         }
+      },
+    );
+
+  // --- mcp ---
+
+  leaf(program, "mcp", "list an MCP server's tools, or call one, with an access token from the agent's attestor")
+    .argument("<url>", "the MCP server's URL (Streamable HTTP)")
+    .argument("[tool]", "the tool to call (without it, the tools are listed)")
+    .argument("[json-args]", "the tool's arguments: one JSON object (default {})")
+    .option(
+      "--attestor <attestor>",
+      "attestor: its URL, or the iss of a linked one (default: a linked one the server lists)",
+    )
+    .action(
+      async (
+        url: string,
+        tool: string | undefined,
+        args: string | undefined,
+        options: CommonOptions & { attestor?: string },
+      ) => {
+        const out = makeOutput(options.json === true);
+        setExit(await runMcp(agent(), { url, tool, args, attestor: options.attestor }, out, context.signal));
       },
     );
 
