@@ -30,6 +30,7 @@ import {
 } from "@proto/kit";
 import { type FetchFunction, isDidKey, ProtoError, protoError, recipientKey } from "@proto/protocol";
 import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
+import { MCP_PATH, mountMcp } from "./mcp.js";
 import { type Note, NotesStore } from "./notes-store.js";
 import {
   type ConfirmInput,
@@ -182,6 +183,12 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
         limits: { unclaimed_rate_limit_per_hour: 600 },
         billing: { unclaimed_mode: "attested_only", accepted_attestors: [issuer] },
         features: ["attestation", "key_rotation"],
+        // Not in the contract (consumers ignore unknown members): where MCP clients find the
+        // service's tools, and the RFC 9728 metadata naming the attestor that issues their tokens.
+        mcp: {
+          url: `${publicUrl.origin}${MCP_PATH}`,
+          resource_metadata: `${publicUrl.origin}/.well-known/oauth-protected-resource${MCP_PATH}`,
+        },
       },
       attestors: {
         // Plain http only for an attestor on this machine (development, tests).
@@ -292,6 +299,12 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
       }
       return { caller: "anonymous" };
     });
+  });
+
+  // The MCP endpoint: the same notes as tools, for agents and people's MCP clients with tokens
+  // from the attestor (its own scope keeps Fastify's JSON parser, which the MCP transport reads).
+  await app.register(async (scope) => {
+    mountMcp(scope, kit, notes, { now, parseText: parseNoteText });
   });
 
   // The human pages.

@@ -4,9 +4,9 @@ import { PASSKEY_SCRIPT, WEBAUTHN_SCRIPT } from "./passkeys.js";
 /** One stylesheet for every page: readable on a phone, visible focus, AA contrast. */
 const STYLESHEET = `
 :root { color-scheme: light dark; --fg: #1b1b1f; --bg: #ffffff; --muted: #4a4a55; --accent: #0b57d0;
-  --accent-fg: #ffffff; --border: #c4c4cc; --danger: #b3261e; --ok: #146c2e; --card: #f6f6f9; }
+  --accent-fg: #ffffff; --border: #c4c4cc; --danger: #b3261e; --ok: #146c2e; --warn: #8a5300; --card: #f6f6f9; }
 @media (prefers-color-scheme: dark) { :root { --fg: #e6e6ea; --bg: #121216; --muted: #b9b9c4; --accent: #8ab4f8;
-  --accent-fg: #0b0b0f; --border: #44444c; --danger: #f2b8b5; --ok: #8fd19e; --card: #1d1d23; } }
+  --accent-fg: #0b0b0f; --border: #44444c; --danger: #f2b8b5; --ok: #8fd19e; --warn: #f0c674; --card: #1d1d23; } }
 * { box-sizing: border-box; }
 body { margin: 0; font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); }
 main { max-width: 40rem; margin: 0 auto; padding: 1.5rem 1rem 3rem; }
@@ -34,6 +34,7 @@ dd { margin: 0; overflow-wrap: anywhere; }
 form.inline { display: inline; }
 h3 { font-size: 1rem; margin: 1.25rem 0 .5rem; }
 .notice { background: var(--card); border: 1px solid var(--border); border-left: 4px solid var(--ok); border-radius: .4rem; padding: .75rem 1rem; margin: 0 0 1rem; }
+.notice.caution { border-left-color: var(--warn); }
 ul.services { list-style: none; padding: 0; margin: 0 0 1rem; }
 ul.services li { border-top: 1px solid var(--border); padding: .75rem 0; display: grid; gap: .25rem; justify-items: start; }
 ul.services li:last-child { border-bottom: 1px solid var(--border); }

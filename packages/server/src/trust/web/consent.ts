@@ -27,6 +27,13 @@ export interface ConsentView {
   request: Record<string, string>;
 }
 
+/** How the client is known here: the operator's service DID, its metadata document's URL, or neither. */
+function applicationOf(client: ConsentView["client"]) {
+  if (client.serviceDid !== undefined) return html`<code>${client.serviceDid}</code>`;
+  if (client.id.startsWith("https://")) return html`<code title="${client.id}">${client.id}</code>`;
+  return html`${client.name} <span class="muted">(registered itself here)</span>`;
+}
+
 /**
  * The question asked on a person's first sign-in to a service, or first access to a resource
  * through an application: what it will receive, and Allow / Deny. One form with two submit
@@ -40,12 +47,12 @@ export function sendConsentPage(reply: FastifyReply, view: ConsentView): Fastify
   const title = resourceHost === undefined ? `Sign in to ${name}?` : `Let ${name} use ${resourceHost} as you?`;
   const unverified = client.registered
     ? ""
-    : html`<p class="notice" role="note"><strong>${name}</strong> named itself: this attestor has not checked who makes it.
+    : html`<p class="notice caution" role="note"><strong>${name}</strong> named itself: this attestor has not checked who makes it.
   Allow only if you started this from an application you trust.</p>`;
   // An operator-registered client is vouched for wherever it returns to.
   const loopback =
     client.loopbackOnly && !client.registered
-      ? html`<p class="notice" role="note">After you answer, your browser returns to an address on <strong>this computer</strong>
+      ? html`<p class="notice caution" role="note">After you answer, your browser returns to an address on <strong>this computer</strong>
   (<code>${returnTo}</code>): a desktop or command-line application. If you did not just start one, deny.</p>`
       : "";
   const intro =
@@ -60,7 +67,7 @@ ${intro}
 ${unverified}
 ${loopback}
 <dl class="card">
-  <dt>${client.registered ? "Service" : "Application"}</dt><dd><code title="${client.id}">${client.serviceDid ?? shortenDid(client.id)}</code></dd>
+  <dt>${client.registered ? "Service" : "Application"}</dt><dd>${applicationOf(client)}</dd>
   ${view.resource === undefined ? "" : html`<dt>Resource</dt><dd><code>${view.resource}</code></dd>`}
   <dt>You return to</dt><dd><code title="${view.redirectUri}">${returnTo}</code></dd>
 </dl>
