@@ -35,11 +35,12 @@ export async function signAccessToken(
     aud: claims.resource,
     sub: claims.sub,
     client_id: claims.clientId,
-    scope: claims.scope,
     iat,
     exp: iat + ACCESS_TOKEN_TTL_SECONDS,
     jti: randomUUID(),
   };
+  // RFC 9068 §2.2.3: the scope claim says what was granted; a grant of no scope has none.
+  if (claims.scope !== "") payload.scope = claims.scope;
   if (claims.authTime !== undefined) payload.auth_time = claims.authTime;
   if (claims.acr !== undefined) payload.acr = claims.acr;
   if (claims.amr !== undefined) payload.amr = claims.amr;

@@ -149,7 +149,7 @@ export class TokenEndpoint {
       token_type: "Bearer",
       expires_in: access.expiresIn,
       refresh_token: grant.refreshToken,
-      scope,
+      ...withScope(scope),
       ...response,
     };
   }
@@ -183,7 +183,7 @@ export class TokenEndpoint {
       token_type: "Bearer",
       expires_in: access.expiresIn,
       refresh_token: rotation.refreshToken,
-      scope,
+      ...withScope(scope),
     };
   }
 
@@ -226,7 +226,12 @@ export class TokenEndpoint {
       throw new OAuthError("invalid_grant", `${error.code}: ${error.message}`);
     }
     const access = await this.#accessToken(humanId, resource, agentDid, scope.join(" "), null, clock.now(), agentDid);
-    return { access_token: access.token, token_type: "Bearer", expires_in: access.expiresIn, scope: scope.join(" ") };
+    return {
+      access_token: access.token,
+      token_type: "Bearer",
+      expires_in: access.expiresIn,
+      ...withScope(scope.join(" ")),
+    };
   }
 
   #accessToken(
@@ -268,6 +273,11 @@ export class TokenEndpoint {
     Object.assign(claims, authenticationClaims(authMethod));
     return new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: key.kid }).sign(key.privateKey);
   }
+}
+
+/** A token response's `scope` (RFC 6749 §5.1), left out when nothing was granted by name. */
+function withScope(scope: string): { scope?: string } {
+  return scope === "" ? {} : { scope };
 }
 
 function field(body: TokenRequest, name: string): string {
