@@ -1,6 +1,6 @@
 /**
  * What `npm run dev` prints once everything listens: every URL a person opens, the development CA,
- * and the four `proto` commands to try next, numbered, each one line that works when pasted into a
+ * and the five `proto` commands to try next, numbered, each one line that works when pasted into a
  * POSIX shell in the repository (the `dev-stack` test runs exactly these lines).
  */
 import type { DevUrls } from "./stack.js";
@@ -25,7 +25,7 @@ export function shellQuote(value: string): string {
 /** The first note an agent writes: valid JSON, quoted for the shell. */
 export const FIRST_NOTE = JSON.stringify({ text: "Hello from my agent" });
 
-/** The four commands, in order (also what the test runs). */
+/** The five commands, in order (also what the test runs). */
 export function nextCommands(input: Pick<BannerInput, "urls" | "caCertPath">): string[] {
   const { urls } = input;
   return [
@@ -34,6 +34,8 @@ export function nextCommands(input: Pick<BannerInput, "urls" | "caCertPath">): s
     // Only this one reaches the HTTPS service, so only it needs the development CA, named right here.
     `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} npx proto call ${urls.notes}/notes -d ${shellQuote(FIRST_NOTE)}`,
     "npx proto directory list",
+    // The same notes as MCP tools: the agent gets an access token from the attestor by itself.
+    `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} npx proto mcp ${urls.notes}/mcp list_notes`,
   ];
 }
 
@@ -50,7 +52,7 @@ export function renderBanner(input: BannerInput): string {
     ["", urls.notesOutbox, "invitation mail (development outbox)"],
   ];
   const width = Math.max(...rows.map(([, url]) => url.length));
-  const [init, link, call, list] = nextCommands(input);
+  const [init, link, call, list, mcp] = nextCommands(input);
   const logs =
     input.logLevel === "warn"
       ? "warnings and errors only (LOG_LEVEL=info npm run dev for every request)"
@@ -74,6 +76,8 @@ export function renderBanner(input: BannerInput): string {
     `       open the link it prints, sign in by e-mail (the mail is at ${urls.trust}/dev/outbox), confirm`,
     `  3. ${call}`,
     `  4. ${list}`,
+    `  5. ${mcp}`,
+    `       the same notes through the service's MCP endpoint (without list_notes: every tool)`,
     "",
   ].join("\n");
 }

@@ -193,13 +193,15 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   assert.ok(banner.includes("test hooks off"), banner);
   assert.match(banner, /listed \(did:web:localhost%3A\d+\)/);
   const commands = [...banner.matchAll(/^ {2}(\d)\. (.+)$/gm)].map((m) => m[2] as string);
-  assert.equal(commands.length, 4, banner);
-  const [init, link, call, list] = commands as [string, string, string, string];
+  assert.equal(commands.length, 5, banner);
+  const [init, link, call, list, mcp] = commands as [string, string, string, string, string];
   assert.match(init, /^npx proto init /);
   assert.match(link, /^npx proto trust link/);
   assert.match(call, new RegExp(`npx proto call ${notes}/notes`));
   assert.match(call, /^NODE_EXTRA_CA_CERTS=/);
   assert.match(list, /^npx proto directory list/);
+  assert.match(mcp, new RegExp(`npx proto mcp ${notes}/mcp list_notes$`));
+  assert.match(mcp, /^NODE_EXTRA_CA_CERTS=/);
 
   // The CA is kept in the data folder, its key readable by its owner only; the test hooks are off.
   assert.equal(statSync(join(dataDir, "dev-ca", "ca-key.pem")).mode & 0o077, 0);
@@ -259,6 +261,11 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   const listed = await shell(list, agentEnv);
   assert.equal(listed.code, 0, listed.stderr);
   assert.match(listed.stdout, new RegExp(`active\\s+did:web:localhost%3A${notesPort}\\s+Notes`));
+
+  // The same note through the notes service's MCP endpoint: the agent's own access token.
+  const tools = await shell(mcp, agentEnv);
+  assert.equal(tools.code, 0, tools.stderr);
+  assert.ok(tools.stdout.includes("Hello from my agent"), tools.stdout);
 
   // The person signs in on the notes service with the attestor (its OpenID client is registered)
   // and sees the agent their attestation signed up (same browser: already signed in there).

@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import { createTestCA, type HttpsHost, startHttpsHost, type TestCA } from "@proto/testkit";
 import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from "jose";
 import * as client from "openid-client";
+import { purgeEndedGrants } from "../src/trust/oidc/grants.js";
 import { Browserless, field, type PageAnswer } from "./support/browser-session.js";
 import { answerConsent, signInByEmail } from "./support/people.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
@@ -481,6 +482,16 @@ describe("OAuth for MCP at the attestor", () => {
             400,
             "invalid_grant",
           );
+          // A week after, the ended grant and its tokens are forgotten; the token stays refused.
+          await h.advance(8 * 86400);
+          await purgeEndedGrants(h.app.service.database.db, await h.nowMs());
+          const forgotten = await tokenRequest({
+            grant_type: "refresh_token",
+            refresh_token: tokens.json.refresh_token,
+            client_id: clientId,
+          });
+          assertOAuthError(forgotten, 400, "invalid_grant");
+          assert.match(forgotten.json.error_description, /not known/);
         });
       });
 

@@ -15,6 +15,7 @@ import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
 import { trustMetrics } from "./metrics.js";
 import { type TrustSchema, trustMigrations } from "./migrations.js";
 import { ClientRegistry, MAX_METADATA_DOCUMENT_BYTES } from "./oidc/client-registry.js";
+import { purgeEndedGrants } from "./oidc/grants.js";
 import { oidcProvider } from "./oidc/provider.js";
 import { paymentWiring, withExtraPages } from "./payment/plugin.js";
 import type { PaymentFetch } from "./payment/provider.js";
@@ -229,6 +230,9 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
       })
       .catch((error: unknown) => app.log.error({ err: error }, "key rotation failed"));
     service.purgeExpired().catch((error: unknown) => app.log.error({ err: error }, "purge failed"));
+    Promise.all([purgeEndedGrants(database.db, parts.clock.now()), clients.purgeIdle()]).catch((error: unknown) =>
+      app.log.error({ err: error }, "OAuth purge failed"),
+    );
   }, 60_000);
   timer.unref();
 

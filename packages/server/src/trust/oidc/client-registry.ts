@@ -155,11 +155,6 @@ export class ClientRegistry {
     );
   }
 
-  /** An operator-registered client only (the id_token flow of before MCP). */
-  registered(clientId: string): OAuthClient | undefined {
-    return this.#registered.get(clientId);
-  }
-
   /**
    * The client `clientId` names: registered, dynamic, or a metadata document fetched (and kept
    * for its cache lifetime within bounds). Undefined for an unknown id; a ClientProblem when a
@@ -193,6 +188,12 @@ export class ClientRegistry {
       .set({ last_used_at: this.#options.clock.now() })
       .where("client_id", "=", client.client_id)
       .execute();
+  }
+
+  /** Forgets dynamically registered clients nobody used for DYNAMIC_CLIENT_IDLE_SECONDS. */
+  async purgeIdle(): Promise<void> {
+    const before = this.#options.clock.now() - DYNAMIC_CLIENT_IDLE_SECONDS * 1000;
+    await this.#options.db.deleteFrom("trust_oauth_clients").where("last_used_at", "<", before).execute();
   }
 
   /** RFC 7591 registration: a public client with exact redirect URIs. Throws ClientProblem. */

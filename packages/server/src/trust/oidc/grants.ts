@@ -212,3 +212,17 @@ export async function hasActiveGrant(
     .executeTakeFirst();
   return row !== undefined;
 }
+
+/** Forgets grants that ended (revoked or lapsed) over a week ago, with their refresh tokens. */
+export async function purgeEndedGrants(db: Db, now: number): Promise<void> {
+  const before = now - 7 * 86400 * 1000;
+  const ended = db
+    .selectFrom("trust_oauth_grants")
+    .select("id")
+    .where((eb) => eb.or([eb("revoked_at", "<", before), eb("expires_at", "<", before)]));
+  await db.deleteFrom("trust_oauth_refresh_tokens").where("grant_id", "in", ended).execute();
+  await db
+    .deleteFrom("trust_oauth_grants")
+    .where((eb) => eb.or([eb("revoked_at", "<", before), eb("expires_at", "<", before)]))
+    .execute();
+}
