@@ -540,6 +540,23 @@ describe("OAuth for MCP at the attestor", () => {
         });
       });
 
+      test("registration is limited per address: past 20 an hour, 429 slow_down with Retry-After", async () => {
+        await h.alignTo(3600);
+        const anon = new Browserless(trustUrl);
+        const answers: PageAnswer[] = [];
+        for (let i = 0; i < 21; i++) {
+          answers.push(await anon.send("POST", "/oidc/register", { json: { redirect_uris: [CALLBACK] } }));
+        }
+        assert.deepEqual(
+          answers.slice(0, 20).map((a) => a.status),
+          Array(20).fill(201),
+        );
+        const refused = answers[20] as PageAnswer;
+        assertOAuthError(refused, 429, "slow_down");
+        const retryAfter = Number(refused.headers.get("retry-after"));
+        assert.ok(retryAfter > 0 && retryAfter <= 3600, String(retryAfter));
+      });
+
       test("the metadata and the JWKS agree: access tokens and id_tokens verify with the published keys", async () => {
         const metadata = await h.request("GET", "/.well-known/oauth-authorization-server");
         assert.equal(metadata.json.issuer, trustUrl);
