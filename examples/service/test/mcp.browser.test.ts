@@ -9,10 +9,8 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
 import { after, before, describe, test } from "node:test";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -27,8 +25,10 @@ import { buildTrustApp, readTrustConfig } from "@proto/server";
 import {
   createTestCA,
   createTestDatabase,
+  freePort,
   launchChromium,
   lookAt,
+  quietStream,
   type TestDatabase,
   type TestFetch,
   testFetch,
@@ -48,25 +48,6 @@ const VARIANTS = [
 ];
 if (!POSTGRES || !REDIS)
   process.stdout.write("# TEST_POSTGRES_URL or TEST_REDIS_URL not set: the PostgreSQL run is skipped\n");
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === "string") throw new Error("no address");
-  return address.port;
-}
-
-const quiet = () =>
-  new Writable({
-    write(_chunk, _encoding, done) {
-      done();
-    },
-  });
 
 /** The JSON a tool answered with (its one text content). */
 function toolJson(result: Awaited<ReturnType<Client["callTool"]>>): Record<string, unknown> {
@@ -200,7 +181,7 @@ for (const variant of VARIANTS) {
           LOG_LEVEL: "warn",
           ...(variant.postgres && REDIS ? { REDIS_URL: REDIS } : {}),
         }),
-        { logStream: quiet(), redisPrefix: `proto:test:mcp:${randomBytes(4).toString("hex")}:` },
+        { logStream: quietStream(), redisPrefix: `proto:test:mcp:${randomBytes(4).toString("hex")}:` },
       );
       await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
 

@@ -9,10 +9,8 @@
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
 import { after, before, describe, test } from "node:test";
 import {
   Agent,
@@ -24,7 +22,7 @@ import {
   writeProofFile,
 } from "@proto/agent";
 import { buildDirectoryApp, buildTrustApp, readDirectoryConfig, readTrustConfig } from "@proto/server";
-import { createTestCA, launchChromium, lookAt, type TestFetch, testFetch } from "@proto/testkit";
+import { createTestCA, freePort, launchChromium, lookAt, quietStream, type TestFetch, testFetch } from "@proto/testkit";
 import { linkIn, type SmtpCollector, startSmtpCollector } from "@proto/testkit/smtp";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { buildNotesService, MAX_NOTE_LENGTH, type NotesService } from "../src/app.js";
@@ -36,25 +34,6 @@ const MAIL_OWNER = `mail-owner-${Math.random().toString(36).slice(2, 10)}@mail.t
 const MAIL_NOTE = "Water the plants on Friday";
 // Markup in a note must reach the owner as text.
 const NOTE = `Buy oat milk & "eggs" <img src=x onerror=alert(1)>\nand call Ada`;
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === "string") throw new Error("no address");
-  return address.port;
-}
-
-const quiet = () =>
-  new Writable({
-    write(_chunk, _encoding, done) {
-      done();
-    },
-  });
 
 /** The JSON of an answer the SDK's fetch returned. */
 // biome-ignore lint/suspicious/noExplicitAny: answers of many shapes, asserted field by field
@@ -117,7 +96,7 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
         MAIL_FROM: "proto trust <signin@trust.test>",
         LOG_LEVEL: "warn",
       }),
-      { logStream: quiet() },
+      { logStream: quietStream() },
     );
     await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
 
@@ -133,7 +112,7 @@ describe("the notes service: agent signs up, writes, invites; owner claims in a 
         DIRECTORY_REVALIDATE_TICK_SECONDS: "0",
         LOG_LEVEL: "warn",
       }),
-      { logStream: quiet(), fetchCa: ca.certPem },
+      { logStream: quietStream(), fetchCa: ca.certPem },
     );
     await directory.app.listen({ port: 0, host: "127.0.0.1" });
     directoryUrl = `http://127.0.0.1:${(directory.app.server.address() as { port: number }).port}`;

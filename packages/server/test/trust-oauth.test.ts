@@ -263,6 +263,18 @@ describe("OAuth for MCP at the attestor", () => {
           return { verifier, challenge: await client.calculatePKCECodeChallenge(verifier) };
         }
 
+        /** The code at the token endpoint, as the client that asked for it. */
+        function redeem(code: string, verifier: string, resource?: string): Promise<PageAnswer> {
+          return tokenRequest({
+            grant_type: "authorization_code",
+            code,
+            code_verifier: verifier,
+            client_id: clientId,
+            redirect_uri: CALLBACK,
+            ...(resource === undefined ? {} : { resource }),
+          });
+        }
+
         /** Authorizes `clientId` for RESOURCE as the person: the consent page (answered) when it shows. */
         async function authorize(
           challenge: string,
@@ -321,14 +333,7 @@ describe("OAuth for MCP at the attestor", () => {
           assert.equal(redirect.searchParams.get("state"), "st");
           const code = redirect.searchParams.get("code");
           assert.ok(code);
-          const tokens = await tokenRequest({
-            grant_type: "authorization_code",
-            code,
-            code_verifier: p.verifier,
-            client_id: clientId,
-            redirect_uri: CALLBACK,
-            resource: RESOURCE,
-          });
+          const tokens = await redeem(code, p.verifier, RESOURCE);
           assert.equal(tokens.status, 200, tokens.text);
           assert.equal(tokens.headers.get("cache-control"), "no-store");
           assert.equal(tokens.json.id_token, undefined, "no openid scope, no id_token");
@@ -380,13 +385,7 @@ describe("OAuth for MCP at the attestor", () => {
         test("a reused refresh token: invalid_grant, and the token that replaced it stops working too", async () => {
           const p = await pkce();
           const { redirect } = await authorize(p.challenge);
-          const tokens = await tokenRequest({
-            grant_type: "authorization_code",
-            code: redirect.searchParams.get("code") ?? "",
-            code_verifier: p.verifier,
-            client_id: clientId,
-            redirect_uri: CALLBACK,
-          });
+          const tokens = await redeem(redirect.searchParams.get("code") ?? "", p.verifier);
           assert.equal(tokens.status, 200, tokens.text);
           const first = tokens.json.refresh_token as string;
           const rotated = await tokenRequest({
@@ -415,14 +414,7 @@ describe("OAuth for MCP at the attestor", () => {
           const p = await pkce();
           const { redirect } = await authorize(p.challenge);
           assertOAuthError(
-            await tokenRequest({
-              grant_type: "authorization_code",
-              code: redirect.searchParams.get("code") ?? "",
-              code_verifier: p.verifier,
-              client_id: clientId,
-              redirect_uri: CALLBACK,
-              resource: OTHER_RESOURCE,
-            }),
+            await redeem(redirect.searchParams.get("code") ?? "", p.verifier, OTHER_RESOURCE),
             400,
             "invalid_target",
           );
@@ -449,13 +441,7 @@ describe("OAuth for MCP at the attestor", () => {
         test("the account page lists the access the person gave, and revoking it stops its refresh token", async () => {
           const p = await pkce();
           const { redirect } = await authorize(p.challenge);
-          const tokens = await tokenRequest({
-            grant_type: "authorization_code",
-            code: redirect.searchParams.get("code") ?? "",
-            code_verifier: p.verifier,
-            client_id: clientId,
-            redirect_uri: CALLBACK,
-          });
+          const tokens = await redeem(redirect.searchParams.get("code") ?? "", p.verifier);
           assert.equal(tokens.status, 200, tokens.text);
           const account = await person.get("/account");
           assert.equal(account.status, 200);

@@ -24,6 +24,7 @@ export type {
   RouteHandler,
 } from "./https-host.js";
 export { DISCOVERY_PATH, PROOF_PATH, startHttpsHost } from "./https-host.js";
+export { freePort, quietStream } from "./local.js";
 export type { HostileRedirect } from "./redirects.js";
 export { hasRawControlCharacter, hostileRedirects } from "./redirects.js";
 export type { Sentinel, SentinelOptions } from "./sentinel.js";

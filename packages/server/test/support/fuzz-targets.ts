@@ -29,7 +29,7 @@ export interface TargetOptions {
 
 /** Which routes answer what, by path (the services' content types; the spec sends `/oidc/*` OAuth errors). */
 export const SERVER_ROUTE_KINDS: [RegExp, RouteKind][] = [
-  [/^\/oidc\/token$/, "oauth"],
+  [/^\/oidc\/(token|register)$/, "oauth"],
   [/^\/(v1|admin|webhooks|schemas|__test)\//, "api"],
   [/^\/\.well-known\//, "api"],
   [/^\/(healthz|readyz|metrics|openapi\.json|docs\/json)$/, "api"],
@@ -367,6 +367,8 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
           },
         },
         "POST /account/connections/disconnect": { body: { _csrf: session.csrf, client_id: OIDC_CLIENT } },
+        "POST /account/access/revoke": { body: { _csrf: session.csrf, grant_id: "grant-1" } },
+        "POST /oidc/register": { body: { client_name: "Fuzz", redirect_uris: ["http://127.0.0.1:9/callback"] } },
         "POST /oidc/token": {
           encoding: "form",
           body: {
