@@ -28,7 +28,8 @@ export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/proto\/v1\/claim\/[^/]+$/, "dual"],
   [/^\/proto\/v1\//, "api"],
   [/^\/proto\/owner\/(signout|accounts)/, "api"],
-  [/^\/(notes|whoami)$/, "api"],
+  [/^\/(notes|whoami|mcp)$/, "api"],
+  [/^\/\.well-known\/oauth-protected-resource(\/mcp)?$/, "api"],
 ];
 
 export async function startNotesTarget(variant: StoreVariant): Promise<RunningTarget> {
