@@ -220,7 +220,7 @@ describe("OpenID provider and sign-in", () => {
           id_token_signing_alg_values_supported: ["EdDSA"],
           code_challenge_methods_supported: ["S256"],
           token_endpoint_auth_methods_supported: ["none"],
-          claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce", "acr", "amr"],
+          claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce"],
           acr_values_supported: ["phishing-resistant"],
           client_id_metadata_document_supported: true,
           authorization_response_iss_parameter_supported: true,

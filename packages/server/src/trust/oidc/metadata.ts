@@ -31,7 +31,8 @@ export function providerMetadata(trustUrl: string) {
     id_token_signing_alg_values_supported: ["EdDSA"],
     code_challenge_methods_supported: ["S256"],
     token_endpoint_auth_methods_supported: ["none"],
-    claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce", "acr", "amr"],
+    // The list trust.md fixes; id_tokens also carry acr and amr (acr_values_supported names the acr).
+    claims_supported: ["iss", "sub", "aud", "exp", "iat", "nonce"],
     acr_values_supported: [PHISHING_RESISTANT],
     client_id_metadata_document_supported: true,
     authorization_response_iss_parameter_supported: true,
