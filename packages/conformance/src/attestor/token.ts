@@ -1,0 +1,188 @@
+/** Mint probes (trust.md §POST /v1/token; decisions.md §Trust attestor 1 for signature failures). */
+import { signRequest } from "@proto/protocol";
+import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, type JWK, jwtVerify } from "jose";
+import { expectError, expectStatus, isObject, jsonObject } from "../checks.js";
+import type { HttpResponse } from "../http.js";
+import { check, type Probe, type ProbeContext, ProbeFailure, ProbeSkip, pass } from "../probe.js";
+import { fetchKeySet } from "./discovery.js";
+import { type AgentKey, agentKeyFromPem, newAgentKey } from "./keys.js";
+
+const SECTION = "trust.md §POST /v1/token";
+/** An audience for requests that must be refused before any mint; nothing is minted for it. */
+const PROBE_AUD = "did:web:conformance.invalid";
+
+/** Body, headers and URL of a signed mint: `{trust_url}/v1/token` is the URL signed. */
+function signedMint(
+  context: ProbeContext,
+  agent: AgentKey,
+  aud: string,
+): { url: string; body: string; headers: Record<string, string> } {
+  const url = `${context.baseUrl}/v1/token`;
+  const body = JSON.stringify({ aud });
+  const signed = signRequest(
+    { method: "POST", url, body },
+    { keyid: agent.did, privateKey: agent.privateKey, created: context.nowSeconds() },
+  );
+  return { url, body, headers: { "content-type": "application/json", ...signed.headers } };
+}
+
+export const unsigned: Probe = {
+  id: "attestor.token.unsigned",
+  description: "an unsigned mint is 401 (unauthorized or invalid_signature)",
+  section: `${SECTION}, §Errors`,
+  async run(context) {
+    const response = await context.http.post(`${context.baseUrl}/v1/token`, { aud: PROBE_AUD });
+    // trust.md names `unauthorized` for a missing credential, decisions.md `invalid_signature` for
+    // an unparsable signature: an absent one may be read either way, so both are accepted.
+    const code = isObject(response.json) && isObject(response.json.error) ? response.json.error.code : undefined;
+    expectError(
+      response,
+      401,
+      code === "invalid_signature" ? "invalid_signature" : "unauthorized",
+      "unsigned POST /v1/token",
+    );
+    return pass();
+  },
+};
+
+/** One signed mint by a key made for the run (never linked), and the same request sent again. */
+const unlinkedPair = (context: ProbeContext) =>
+  context.memo("unlinked-mint", async () => {
+    const { url, body, headers } = signedMint(context, newAgentKey(), PROBE_AUD);
+    const first = await context.http.request("POST", url, { body, headers });
+    const replay = await context.http.request("POST", url, { body, headers });
+    return { first, replay };
+  });
+
+export const unlinked: Probe = {
+  id: "attestor.token.unlinked",
+  description: "a well-signed mint by a key with no binding is 401 unauthorized",
+  section: "decisions.md §Trust attestor 1; trust.md §Errors",
+  async run(context) {
+    const { first } = await unlinkedPair(context);
+    expectError(first, 401, "unauthorized", "signed POST /v1/token by an unlinked key");
+    return pass();
+  },
+};
+
+export const replay: Probe = {
+  id: "attestor.token.replay",
+  description: "the same signed mint sent twice (same nonce) is refused 401 replayed_nonce",
+  section: "decisions.md §Trust attestor 1; trust.md §Reserved codes",
+  async run(context) {
+    const { replay } = await unlinkedPair(context);
+    expectError(replay, 401, "replayed_nonce", "the replayed POST /v1/token");
+    return pass();
+  },
+};
+
+interface Minted {
+  agent: AgentKey;
+  aud: string;
+  response: HttpResponse;
+  body: Record<string, unknown>;
+  jwt: string;
+}
+
+/** One mint with the operator's linked key, shared by the mint probes. */
+const mintOnce = (context: ProbeContext): Promise<Minted> =>
+  context.memo("mint", async () => {
+    const { agentKeyPem, aud } = context.options;
+    if (agentKeyPem === undefined || aud === undefined) {
+      throw new ProbeSkip("needs --agent-key FILE (a linked agent's Ed25519 key) and --aud DID");
+    }
+    const agent = agentKeyFromPem(agentKeyPem);
+    if (typeof agent === "string") throw new ProbeSkip(agent);
+    const { url, body, headers } = signedMint(context, agent, aud);
+    const sent = await context.http.request("POST", url, { body, headers });
+    // Reports end up in CI logs: a failure shows the token's header and claims, never a usable token.
+    const response = {
+      ...sent,
+      exchange: {
+        ...sent.exchange,
+        bodyExcerpt: sent.exchange.bodyExcerpt.replace(/(eyJ[\w-]*\.[\w-]*)\.[\w-]+/g, "$1.<signature removed>"),
+      },
+    };
+    expectStatus(response, 200, "POST /v1/token by the linked agent");
+    const parsed = jsonObject(response, "the mint");
+    check(typeof parsed.jwt === "string", "the mint has no jwt string", response.exchange);
+    return { agent, aud, response, body: parsed, jwt: parsed.jwt };
+  });
+
+export const mintResponse: Probe = {
+  id: "attestor.token.mint",
+  description: "a mint by the linked agent is 200 with jwt, expires_at, verification, binding_expires_at",
+  section: SECTION,
+  async run(context) {
+    const { response, body } = await mintOnce(context);
+    check(Number.isInteger(body.expires_at), "expires_at must be an integer", response.exchange);
+    check(
+      typeof body.verification === "string" && ["email", "oauth", "payment"].includes(body.verification),
+      "verification must be email, oauth or payment",
+      response.exchange,
+    );
+    check(Number.isInteger(body.binding_expires_at), "binding_expires_at must be an integer", response.exchange);
+    const claims = decodeJwt(body.jwt as string);
+    check(body.expires_at === claims.exp, "expires_at must equal the JWT's exp", response.exchange);
+    check(body.verification === claims.verification, "verification must equal the JWT's claim", response.exchange);
+    return pass();
+  },
+};
+
+export const jwtVerifies: Probe = {
+  id: "attestor.token.jwt",
+  description: "the minted JWT verifies against the key set with EdDSA (typ JWT, a published kid)",
+  section: `${SECTION}; trust.md §Attestation JWT`,
+  async run(context) {
+    const { response, jwt } = await mintOnce(context);
+    const header = decodeProtectedHeader(jwt);
+    check(
+      header.alg === "EdDSA" && header.typ === "JWT",
+      "the JWT header must be alg EdDSA, typ JWT",
+      response.exchange,
+    );
+    const keySet = await fetchKeySet(context);
+    expectStatus(keySet, 200, "GET /.well-known/jwks.json");
+    const set = jsonObject(keySet, "the key set");
+    check(Array.isArray(set.keys), "the key set has no keys array", keySet.exchange);
+    // Only the public members: a key set that leaks `d` is the shape probe's failure, not this one's.
+    const keys = set.keys.filter(isObject).map(({ kty, crv, kid, x }) => ({ kty, crv, kid, x }) as JWK);
+    try {
+      await jwtVerify(jwt, createLocalJWKSet({ keys }), { algorithms: ["EdDSA"] });
+    } catch (error) {
+      throw new ProbeFailure(
+        `the JWT does not verify against the key set: ${error instanceof Error ? error.message : String(error)}`,
+        response.exchange,
+      );
+    }
+    return pass();
+  },
+};
+
+export const jwtClaims: Probe = {
+  id: "attestor.token.claims",
+  description: "the JWT has iss proto-trust, aud, sub (agent DID), sub_h, verification, exp - iat <= 900",
+  section: "trust.md §Attestation JWT",
+  async run(context) {
+    const { response, jwt, agent, aud } = await mintOnce(context);
+    const claims = decodeJwt(jwt);
+    const x = response.exchange;
+    check(claims.iss === "proto-trust", `iss must be proto-trust, got ${JSON.stringify(claims.iss)}`, x);
+    check(claims.aud === aud, `aud must be ${aud}, got ${JSON.stringify(claims.aud)}`, x);
+    check(claims.sub === agent.did, `sub must be the agent DID ${agent.did}, got ${JSON.stringify(claims.sub)}`, x);
+    check(
+      typeof claims.sub_h === "string" && /^[A-Za-z0-9_-]+$/.test(claims.sub_h),
+      "sub_h must be a base64url string",
+      x,
+    );
+    check(
+      typeof claims.verification === "string" && ["email", "oauth", "payment"].includes(claims.verification),
+      "verification must be email, oauth or payment",
+      x,
+    );
+    check(Number.isInteger(claims.iat) && Number.isInteger(claims.exp), "iat and exp must be integers", x);
+    const lifetime = (claims.exp as number) - (claims.iat as number);
+    check(lifetime > 0 && lifetime <= 900, `exp - iat must be within (0, 900], got ${lifetime}`, x);
+    return pass();
+  },
+};

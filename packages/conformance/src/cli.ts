@@ -1,0 +1,180 @@
+#!/usr/bin/env node
+/**
+ * `proto-conformance MODE URL`: runs the mode's probes against a live deployment and reports.
+ * Exit 0 when nothing failed, 1 when a probe failed, 2 on a usage error; errors are one line.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { attestorProbes } from "./attestor/index.js";
+import { directoryProbes } from "./directory/index.js";
+import { HttpClient } from "./http.js";
+import type { Probe, ProbeOptions } from "./probe.js";
+import { formatJson } from "./report/json.js";
+import { formatJunit } from "./report/junit.js";
+import { formatTable } from "./report/table.js";
+import { runProbes, summarize } from "./runner.js";
+
+class UsageError extends Error {}
+
+/** The package's version, from its package.json (one folder up from both src/ and dist/). */
+function packageVersion(): string {
+  try {
+    const pkg: unknown = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
+    return typeof pkg === "object" && pkg !== null && "version" in pkg ? String(pkg.version) : "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
+interface CommonFlags {
+  json?: boolean;
+  junit?: string;
+  write?: boolean;
+  timeout: number;
+}
+
+function targetUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new InvalidArgumentError(`not a URL: ${value}`);
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:")
+    throw new InvalidArgumentError(`not an http(s) URL: ${value}`);
+  if (url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") {
+    throw new InvalidArgumentError(`the URL must have no query, fragment or credentials: ${value}`);
+  }
+  return url.href.replace(/\/+$/, "");
+}
+
+const positiveInt =
+  (max: number) =>
+  (value: string): number => {
+    if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > max) {
+      throw new InvalidArgumentError(`must be a whole number from 1 to ${max}`);
+    }
+    return Number(value);
+  };
+
+function readFile(path: string, what: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (error) {
+    throw new UsageError(`cannot read ${what} ${path}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+async function runMode(
+  mode: string,
+  url: string,
+  probes: readonly Probe[],
+  flags: CommonFlags,
+  options: ProbeOptions,
+): Promise<void> {
+  const http = new HttpClient({ timeoutMs: flags.timeout * 1000 });
+  const results = await runProbes(probes, { baseUrl: url, http, options });
+  process.stdout.write(flags.json ? formatJson(mode, url, results) : formatTable(results));
+  if (flags.junit !== undefined) {
+    try {
+      writeFileSync(flags.junit, formatJunit(mode, results));
+    } catch (error) {
+      throw new UsageError(`cannot write ${flags.junit}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+  process.exitCode = summarize(results).failed > 0 ? 1 : 0;
+}
+
+function common(command: Command): Command {
+  return command
+    .option("--json", "print every result as JSON instead of the table")
+    .option("--junit <file>", "also write the results as JUnit XML to FILE")
+    .option("--write", "also run probes that create state on the target")
+    .option("--timeout <seconds>", "timeout of each request", positiveInt(300), 10);
+}
+
+const baseOptions = (flags: CommonFlags): ProbeOptions => ({
+  write: flags.write === true,
+  mirror: false,
+  pageSize: 20,
+  maxPages: 50,
+});
+
+export function program(): Command {
+  const cli = new Command("proto-conformance")
+    .description("Checks a live proto deployment against the contract.")
+    .version(packageVersion())
+    .showHelpAfterError(false)
+    .exitOverride()
+    .configureOutput({ writeErr: () => {} });
+
+  common(cli.command("attestor").argument("<url>", "the attestor's {trust_url}", targetUrl))
+    .description("check a trust attestor (trust.md)")
+    .option("--agent-key <file>", "Ed25519 private key PEM of an agent you linked (enables the mint probes)")
+    .option("--aud <did>", "the audience DID to mint for (with --agent-key)")
+    .action(async (url: string, flags: CommonFlags & { agentKey?: string; aud?: string }) => {
+      if ((flags.agentKey === undefined) !== (flags.aud === undefined))
+        throw new UsageError("--agent-key and --aud go together");
+      if (flags.aud !== undefined && !/^did:(web|key):\S+$/.test(flags.aud))
+        throw new UsageError(`--aud is not a did:web or did:key DID: ${flags.aud}`);
+      const options: ProbeOptions = {
+        ...baseOptions(flags),
+        ...(flags.agentKey === undefined ? {} : { agentKeyPem: readFile(flags.agentKey, "the agent key") }),
+        ...(flags.aud === undefined ? {} : { aud: flags.aud }),
+      };
+      await runMode("attestor", url, attestorProbes, flags, options);
+    });
+
+  common(cli.command("directory").argument("<url>", "the directory's {registry_url}", targetUrl))
+    .description("check a listing directory (directory.md)")
+    .option("--mirror", "the target is a read-only mirror: check that it refuses writes")
+    .option("--page-size <n>", "limit used when walking the listings", positiveInt(100), 20)
+    .option("--max-pages <n>", "stop the walk after this many pages", positiveInt(10_000), 50)
+    .action(async (url: string, flags: CommonFlags & { mirror?: boolean; pageSize: number; maxPages: number }) => {
+      const options: ProbeOptions = {
+        ...baseOptions(flags),
+        mirror: flags.mirror === true,
+        pageSize: flags.pageSize,
+        maxPages: flags.maxPages,
+      };
+      await runMode("directory", url, directoryProbes, flags, options);
+    });
+
+  for (const mode of ["service", "agent"]) {
+    cli
+      .command(mode, { hidden: true })
+      .allowUnknownOption()
+      .allowExcessArguments()
+      .action(() => {
+        throw new UsageError(`the ${mode} mode is not built yet (attestor and directory are)`);
+      });
+  }
+  return cli;
+}
+
+export async function main(argv: readonly string[]): Promise<number> {
+  if (argv.length === 0) {
+    // No mode is a usage error: the help says which modes there are.
+    process.stderr.write(program().helpInformation());
+    return 2;
+  }
+  try {
+    await program().parseAsync([...argv], { from: "user" });
+    return typeof process.exitCode === "number" ? process.exitCode : 0;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // --help and --version are not errors: commander has printed them already.
+      if (error.exitCode === 0) return 0;
+      process.stderr.write(`proto-conformance: ${error.message.replace(/^error: /, "").split("\n")[0]}\n`);
+      return 2;
+    }
+    if (error instanceof UsageError) {
+      process.stderr.write(`proto-conformance: ${error.message}\n`);
+      return 2;
+    }
+    process.stderr.write(`proto-conformance: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 1;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));
