@@ -13,6 +13,7 @@ import { formatJson } from "./report/json.js";
 import { formatJunit } from "./report/junit.js";
 import { formatTable } from "./report/table.js";
 import { runProbes, summarize } from "./runner.js";
+import { serviceProbes } from "./service/index.js";
 
 class UsageError extends Error {}
 
@@ -140,15 +141,28 @@ export function program(): Command {
       await runMode("directory", url, directoryProbes, flags, options);
     });
 
-  for (const mode of ["service", "agent"]) {
-    cli
-      .command(mode, { hidden: true })
-      .allowUnknownOption()
-      .allowExcessArguments()
-      .action(() => {
-        throw new UsageError(`the ${mode} mode is not built yet (attestor and directory are)`);
-      });
-  }
+  common(cli.command("service").argument("<url>", "the service's origin (where /.well-known/proto is)", targetUrl))
+    .description("check a service that accepts agents (trust.md, upstream.md)")
+    .option("--agent-key <file>", "Ed25519 private key PEM of a linked agent (with --attestor: an attested account)")
+    .option("--attestor <url>", "{trust_url} of the attestor that mints for --agent-key", targetUrl)
+    .action(async (url: string, flags: CommonFlags & { agentKey?: string; attestor?: string }) => {
+      if ((flags.agentKey === undefined) !== (flags.attestor === undefined))
+        throw new UsageError("--agent-key and --attestor go together");
+      const options: ProbeOptions = {
+        ...baseOptions(flags),
+        ...(flags.agentKey === undefined ? {} : { agentKeyPem: readFile(flags.agentKey, "the agent key") }),
+        ...(flags.attestor === undefined ? {} : { attestorUrl: flags.attestor }),
+      };
+      await runMode("service", url, serviceProbes, flags, options);
+    });
+
+  cli
+    .command("agent", { hidden: true })
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .action(() => {
+      throw new UsageError("the agent mode is not built yet (attestor, directory and service are)");
+    });
   return cli;
 }
 

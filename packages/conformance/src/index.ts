@@ -9,3 +9,4 @@ export { escapeXml, formatJunit } from "./report/junit.js";
 export { formatTable } from "./report/table.js";
 export type { ProbeResult, RunOptions, Summary } from "./runner.js";
 export { runProbes, summarize, summaryLine } from "./runner.js";
+export { serviceProbes } from "./service/index.js";

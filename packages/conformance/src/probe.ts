@@ -24,6 +24,8 @@ export interface ProbeOptions {
   agentKeyPem?: string;
   /** The audience DID to mint for. */
   aud?: string;
+  /** `{trust_url}` of an attestor that mints for `agentKeyPem` (service mode: an attested account). */
+  attestorUrl?: string;
   /** The operator says the directory is a read-only mirror (the contract has no way to say it). */
   mirror: boolean;
   /** Page size used to walk the listings, and how many pages at most. */

@@ -6,9 +6,9 @@ import { dirname, join } from "node:path";
 import { after, before, describe as suite, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { freePort } from "@proto/testkit";
-import { attestorProbes, directoryProbes } from "../src/index.js";
+import { attestorProbes, directoryProbes, serviceProbes } from "../src/index.js";
 import { type StandIn, startStandIn } from "./support/stand-in.js";
-import { type Attestor, startAttestor, startDirectory } from "./support/targets.js";
+import { type Attestor, startAttestor, startDirectory, startNotes } from "./support/targets.js";
 
 const PACKAGE_DIR = join(dirname(fileURLToPath(import.meta.url)), "..");
 const CLI = join(PACKAGE_DIR, "src/cli.ts");
@@ -151,6 +151,20 @@ suite("the proto-conformance command", () => {
     }
   });
 
+  test("a service through the command: the table, the skipped writes, the summary line, exit 0", async () => {
+    const notes = await startNotes();
+    try {
+      const result = await cli(["service", notes.url]);
+      assert.equal(result.code, 0, result.stdout + result.stderr);
+      assert.equal(result.stderr, "");
+      assert.match(result.stdout, /^service\.signature\.replayed-nonce\s+pass\s+\S/m);
+      assert.match(result.stdout, /^service\.invitation\.unsupported-recipient\s+skip\s+\S/m);
+      assert.match(result.stdout, new RegExp(`\n${serviceProbes.length - 2} passed, 0 failed, 2 skipped\n$`));
+    } finally {
+      await notes.close();
+    }
+  });
+
   test("--version and --help answer on stdout with exit 0", async () => {
     const version = await cli(["--version"]);
     assert.equal(version.code, 0);
@@ -168,7 +182,10 @@ suite("the proto-conformance command", () => {
       [["attestor", "https://trust.example/?x=1"], /^proto-conformance: .*no query/],
       [["directory", attestor.url, "--bogus"], /^proto-conformance: unknown option '--bogus'\n$/],
       [["frobnicate", attestor.url], /^proto-conformance: unknown command 'frobnicate'\n$/],
-      [["service", attestor.url], /^proto-conformance: the service mode is not built yet/],
+      [
+        ["service", attestor.url, "--agent-key", keyFile],
+        /^proto-conformance: --agent-key and --attestor go together\n$/,
+      ],
       [["agent", "--listen", "9000"], /^proto-conformance: the agent mode is not built yet/],
       [["attestor", attestor.url, "--agent-key", keyFile], /^proto-conformance: --agent-key and --aud go together\n$/],
       [

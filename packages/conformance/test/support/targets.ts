@@ -5,9 +5,12 @@
  */
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto";
 import { Writable } from "node:stream";
+import { createKit, createService } from "@proto/kit";
 import { encodeDidKey, rawPublicKey } from "@proto/protocol";
 import { buildDirectoryApp, buildTrustApp, readDirectoryConfig, readTrustConfig } from "@proto/server";
 import { createTestCA, createTestDatabase, DISCOVERY_PATH, freePort, startHttpsHost } from "@proto/testkit";
+import Fastify from "fastify";
+import { buildNotesService } from "../../../../examples/service/src/app.js";
 
 /** Every run of the suite comes from 127.0.0.1: limits high enough never to meet one; the limiter stays on. */
 const RELAXED_RATE_LIMITS = "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60";
@@ -192,6 +195,73 @@ export async function startDirectory(): Promise<Directory> {
       for (const m of mirrors) await m.close();
       await app.close();
       await sites.close();
+      await database.drop();
+    },
+  };
+}
+
+export interface Notes {
+  /** Where it listens (its public URL unless a stand-in is in front). */
+  url: string;
+  /** The attestor whose attestations it accepts. */
+  attestor: Attestor;
+  close(): Promise<void>;
+}
+
+/**
+ * The example notes service (@proto/kit, `attested_only`) on SQLite over plain http, accepting our
+ * attestor's attestations. Its public URL is `publicUrl` (by default its own): a stand-in in front
+ * passes its own, so the `@target-uri` an agent signs is the one the service checks.
+ */
+export async function startNotes(options: { publicUrl?: string; port?: number } = {}): Promise<Notes> {
+  const port = options.port ?? (await freePort());
+  const url = `http://127.0.0.1:${port}`;
+  const attestor = await startAttestor();
+  const database = await createTestDatabase("sqlite", "conformance-notes");
+  const notes = await buildNotesService({
+    publicUrl: options.publicUrl ?? url,
+    database: database.url,
+    attestorUrl: attestor.url,
+    mail: { developmentOutbox: true },
+  });
+  await notes.app.listen({ port, host: "127.0.0.1" });
+  return {
+    url,
+    attestor,
+    async close() {
+      await notes.close();
+      await database.drop();
+      await attestor.close();
+    },
+  };
+}
+
+/**
+ * A service on @proto/kit whose `unclaimed_mode` is `free` (implicit signup, no attestation), taking
+ * e-mail and `did` recipients: the other posture the service probes know.
+ */
+export async function startFreeService(): Promise<{ url: string; close(): Promise<void> }> {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const database = await createTestDatabase("sqlite", "conformance-free");
+  const kit = await createKit({
+    publicUrl: url,
+    database: database.url,
+    discovery: {
+      service_did: `did:web:127.0.0.1%3A${port}`,
+      billing: { unclaimed_mode: "free" },
+      recipient_types: ["email", "did"],
+    },
+    mail: { developmentOutbox: true },
+  });
+  const app = Fastify({ logger: false });
+  await app.register(createService(kit));
+  await app.listen({ port, host: "127.0.0.1" });
+  return {
+    url,
+    async close() {
+      await app.close();
+      await kit.close();
       await database.drop();
     },
   };

@@ -1,0 +1,42 @@
+/** Every service probe, in the order they run. */
+import type { Probe } from "../probe.js";
+import {
+  challengeHeader,
+  errorEnvelope,
+  invitationReplaced,
+  signupAttestationRequired,
+  unsupportedRecipient,
+} from "./account.js";
+import { discoveryBilling, discoveryDocument } from "./discovery.js";
+import {
+  expiredSignature,
+  extraComponent,
+  futureCreated,
+  missingDigest,
+  missingTargetUri,
+  replayedNonce,
+  signatureAccepted,
+  validityTooLong,
+  wrongDigest,
+  wrongTargetUri,
+} from "./signature.js";
+
+export const serviceProbes: readonly Probe[] = [
+  discoveryDocument,
+  discoveryBilling,
+  signatureAccepted,
+  missingDigest,
+  missingTargetUri,
+  extraComponent,
+  wrongDigest,
+  validityTooLong,
+  expiredSignature,
+  futureCreated,
+  wrongTargetUri,
+  replayedNonce,
+  signupAttestationRequired,
+  challengeHeader,
+  errorEnvelope,
+  unsupportedRecipient,
+  invitationReplaced,
+];
