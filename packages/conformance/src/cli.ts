@@ -5,6 +5,7 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { type AgentStandIn, startAgentStandIn } from "./agent/index.js";
 import { attestorProbes } from "./attestor/index.js";
 import { directoryProbes } from "./directory/index.js";
 import { HttpClient } from "./http.js";
@@ -12,7 +13,7 @@ import type { Probe, ProbeOptions } from "./probe.js";
 import { formatJson } from "./report/json.js";
 import { formatJunit } from "./report/junit.js";
 import { formatTable } from "./report/table.js";
-import { runProbes, summarize } from "./runner.js";
+import { type ProbeResult, runProbes, summarize } from "./runner.js";
 import { serviceProbes } from "./service/index.js";
 
 class UsageError extends Error {}
@@ -75,6 +76,64 @@ async function runMode(
 ): Promise<void> {
   const http = new HttpClient({ timeoutMs: flags.timeout * 1000 });
   const results = await runProbes(probes, { baseUrl: url, http, options });
+  writeReport(mode, url, results, flags);
+}
+
+const port = (value: string): number => {
+  if (!/^\d+$/.test(value) || Number(value) > 65_535) throw new InvalidArgumentError("must be a port from 0 to 65535");
+  return Number(value);
+};
+
+interface AgentFlags {
+  listen: number;
+  host: string;
+  publicUrl?: string;
+  attestor?: string;
+  issuer: string;
+  open?: boolean;
+  requests?: number;
+  timeout?: number;
+  json?: boolean;
+  junit?: string;
+}
+
+/** Runs the stand-in until --requests, --timeout or SIGINT, then reports like the other modes. */
+async function runAgent(flags: AgentFlags): Promise<void> {
+  let standIn: AgentStandIn;
+  try {
+    standIn = await startAgentStandIn({
+      port: flags.listen,
+      host: flags.host,
+      ...(flags.publicUrl === undefined ? {} : { publicUrl: flags.publicUrl }),
+      ...(flags.attestor === undefined ? {} : { attestor: { url: flags.attestor, issuer: flags.issuer } }),
+      ...(flags.requests === undefined ? {} : { requests: flags.requests }),
+    });
+  } catch (error) {
+    throw new UsageError(
+      `cannot listen on ${flags.host}:${flags.listen}: ${error instanceof Error ? error.message : String(error)}`,
+    );
+  }
+  // The table goes to stdout after the run; with --json stdout holds the JSON document only.
+  (flags.json ? process.stderr : process.stdout).write(`point the agent at ${standIn.url}\n`);
+  let stop: () => void = () => {};
+  const stopped = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  process.once("SIGINT", stop);
+  const timer = flags.timeout === undefined ? undefined : setTimeout(stop, flags.timeout * 1000);
+  await Promise.race([standIn.done, stopped]);
+  process.off("SIGINT", stop);
+  if (timer !== undefined) clearTimeout(timer);
+  await standIn.close();
+  writeReport("agent", standIn.url, standIn.report(), flags);
+}
+
+function writeReport(
+  mode: string,
+  url: string,
+  results: ProbeResult[],
+  flags: { json?: boolean; junit?: string },
+): void {
   process.stdout.write(flags.json ? formatJson(mode, url, results) : formatTable(results));
   if (flags.junit !== undefined) {
     try {
@@ -157,11 +216,24 @@ export function program(): Command {
     });
 
   cli
-    .command("agent", { hidden: true })
-    .allowUnknownOption()
-    .allowExcessArguments()
-    .action(() => {
-      throw new UsageError("the agent mode is not built yet (attestor, directory and service are)");
+    .command("agent")
+    .description("run a service stand-in and check what an agent sends to it (trust.md, upstream.md)")
+    .requiredOption("--listen <port>", "port to listen on (0: any free port)", port)
+    .option("--host <host>", "address to listen on", "127.0.0.1")
+    .option("--public-url <url>", "the origin agents use, when a TLS front is before the stand-in", targetUrl)
+    .option("--attestor <url>", "{trust_url} of the attestor whose attestations the stand-in accepts", targetUrl)
+    .option("--issuer <name>", "that attestor's issuer name (iss)", "proto-trust")
+    .option("--open", "an open service (unclaimed_mode free): no attestation asked")
+    .option("--requests <n>", "stop after N requests were checked", positiveInt(1_000_000))
+    .option("--timeout <seconds>", "stop after SECONDS", positiveInt(86_400))
+    .option("--json", "print every result as JSON instead of the table")
+    .option("--junit <file>", "also write the results as JUnit XML to FILE")
+    .action(async (flags: AgentFlags, command: Command) => {
+      if ((flags.attestor === undefined) === (flags.open !== true))
+        throw new UsageError("give --attestor URL (an attested_only service) or --open, one of them");
+      if (flags.open === true && command.getOptionValueSource("issuer") === "cli")
+        throw new UsageError("--issuer goes with --attestor");
+      await runAgent(flags);
     });
   return cli;
 }

@@ -1,3 +1,5 @@
+export type { AgentProbe, AgentStandIn, AgentStandInOptions } from "./agent/index.js";
+export { agentProbes, startAgentStandIn } from "./agent/index.js";
 export { attestorProbes } from "./attestor/index.js";
 export { directoryProbes } from "./directory/index.js";
 export type { HttpClientOptions, HttpExchange, HttpResponse } from "./http.js";

@@ -186,7 +186,12 @@ suite("the proto-conformance command", () => {
         ["service", attestor.url, "--agent-key", keyFile],
         /^proto-conformance: --agent-key and --attestor go together\n$/,
       ],
-      [["agent", "--listen", "9000"], /^proto-conformance: the agent mode is not built yet/],
+      [
+        ["agent", "--listen", "9000"],
+        /^proto-conformance: give --attestor URL \(an attested_only service\) or --open, one of them\n$/,
+      ],
+      [["agent", "--open"], /^proto-conformance: required option .--listen <port>. not specified\n$/],
+      [["agent", "--listen", "70000", "--open"], /--listen.*must be a port from 0 to 65535/],
       [["attestor", attestor.url, "--agent-key", keyFile], /^proto-conformance: --agent-key and --aud go together\n$/],
       [
         ["attestor", attestor.url, "--agent-key", join(dir, "absent.pem"), "--aud", "did:web:a.example"],
