@@ -1,9 +1,9 @@
 /**
- * The four published packages as a user gets them: `npm pack` in the workspace, then `npm install`
+ * The five published packages as a user gets them: `npm pack` in the workspace, then `npm install`
  * of the tarballs into an empty project in the system's temporary folder, away from the workspace's
  * node_modules, its `source` condition and tsx. There the README quick starts (`consumer/`) are
  * type-checked with the repository's TypeScript and run as compiled JavaScript on plain node, and
- * the `proto` and `proto-server` commands run from node_modules/.bin.
+ * the `proto`, `proto-server` and `proto-conformance` commands run from node_modules/.bin.
  *
  * Third-party dependencies come from the npm registry (`--prefer-offline`: the local cache first).
  * When the registry cannot be reached the suite is skipped with the reason printed, except under
@@ -34,7 +34,7 @@ import { fileURLToPath } from "node:url";
 const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const CONSUMER_TEMPLATE = fileURLToPath(new URL("../consumer/", import.meta.url));
 const TSC = join(REPO_ROOT, "node_modules", "typescript", "bin", "tsc");
-const PACKAGES = ["@proto/protocol", "@proto/agent", "@proto/kit", "@proto/server"] as const;
+const PACKAGES = ["@proto/protocol", "@proto/agent", "@proto/kit", "@proto/server", "@proto/conformance"] as const;
 const MINUTE = 60_000;
 
 function isInside(parent: string, child: string): boolean {
@@ -237,7 +237,7 @@ function isBuiltin(specifier: string): boolean {
 }
 
 describe("the packages installed from npm pack tarballs outside the workspace", { skip }, () => {
-  test("npm pack builds and packs the four packages", { timeout: 10 * MINUTE }, async (t) => {
+  test("npm pack builds and packs the five packages", { timeout: 10 * MINUTE }, async (t) => {
     if (unreachable !== undefined) assert.fail(`${unreachable} (CI=true: not skipped)`);
     assert.ok(!isInside(REPO_ROOT, root), `${root} must be outside the repository`);
     mkdirSync(tarballs);
@@ -434,7 +434,9 @@ describe("the packages installed from npm pack tarballs outside the workspace", 
     assert.equal(seen.configError, "ConfigError");
   });
 
-  test("proto-server directory from node_modules/.bin answers GET /healthz", { timeout: 2 * MINUTE }, async () => {
+  test("proto-server directory from node_modules/.bin answers GET /healthz; proto-conformance finds it conforming", {
+    timeout: 2 * MINUTE,
+  }, async () => {
     assert.ok(installed, "npm install failed above");
     const database = join(dataDir, "directory", "directory.db");
     const child = spawn(
@@ -473,6 +475,15 @@ describe("the packages installed from npm pack tarballs outside the workspace", 
       assert.equal(health.status, 200);
       assert.deepEqual(await health.json(), { status: "ok" });
       assert.ok(existsSync(database), "the directory keeps its SQLite database in the data directory given");
+      // proto-conformance from node_modules/.bin checks the running directory: nothing fails.
+      const checked = await run(
+        join(project, "node_modules", ".bin", "proto-conformance"),
+        ["directory", origin, "--json"],
+        { cwd: project, env: userEnv({}), timeoutMs: MINUTE },
+      );
+      assert.equal(checked.code, 0, explain("proto-conformance directory", checked));
+      const report = JSON.parse(checked.stdout) as unknown;
+      assert.ok(JSON.stringify(report).includes("directory.listings.read"), checked.stdout);
     } finally {
       child.kill("SIGTERM");
     }
