@@ -37,8 +37,8 @@ interface Run {
 }
 
 /**
- * Runs the suite; `onAuthorizationUrl` gets the URL it asks a person to open, and must see the
- * browser through to its callback.
+ * Runs the suite; `onAuthorizationUrl` gets the URL it asks a person to open once the suite's
+ * callback server listens, and must see the browser through to its callback.
  */
 function runConformance(args: string[], onAuthorizationUrl: (url: string) => Promise<void>): Promise<Run> {
   return new Promise((resolve, reject) => {
@@ -48,7 +48,10 @@ function runConformance(args: string[], onAuthorizationUrl: (url: string) => Pro
     const seen = (chunk: Buffer) => {
       output += chunk.toString("utf8");
       const url = /^(http\S+\/oidc\/authorize\?\S+)$/m.exec(output)?.[1];
-      if (url !== undefined && !driven) {
+      // The suite prints the URL before its callback server listens; a browser as quick as
+      // ours would find the port closed, so wait for the suite to say the server started.
+      const listening = /^Callback server started: /m.test(output);
+      if (url !== undefined && listening && !driven) {
         driven = true;
         onAuthorizationUrl(url).catch((error: unknown) => {
           child.kill("SIGKILL");
