@@ -1,4 +1,4 @@
-import { ProtoError, RESERVED_ERRORS, type ReservedErrorCode } from "@proto/protocol";
+import { KeySetUnavailableError, ProtoError, RESERVED_ERRORS, type ReservedErrorCode } from "@proto/protocol";
 
 export interface KitErrorUse {
   /** The statuses the kit answers the code with (the first is the spec's default). */
@@ -115,6 +115,10 @@ export const KIT_SPECIFIC_ERRORS = {
       "This e-mail link was already used to sign in, and it works only once. If that was you, go on in the window where you used it; otherwise ask the agent for a new invitation.",
   },
   kit_mail_unavailable: { status: 503, message: "The invitation mail could not be sent; try again later" },
+  kit_attestor_unavailable: {
+    status: 503,
+    message: "The attestor cannot be reached to check this request's credentials; try again shortly",
+  },
   kit_signature_required: {
     status: 403,
     message:
@@ -135,14 +139,27 @@ export const KIT_SPECIFIC_ERRORS = {
 
 export type KitSpecificErrorCode = keyof typeof KIT_SPECIFIC_ERRORS;
 
-export function kitError(code: KitSpecificErrorCode, message?: string): ProtoError {
+export function kitError(
+  code: KitSpecificErrorCode,
+  message?: string,
+  options: { retryAfter?: number; cause?: unknown } = {},
+): ProtoError {
   const spec = KIT_SPECIFIC_ERRORS[code];
-  return new ProtoError(code, spec.status, message ?? spec.message);
+  return new ProtoError(code, spec.status, message ?? spec.message, options);
+}
+
+/**
+ * An attestor's key set that cannot be fetched: 503 with `Retry-After`. The message stays the
+ * kit's own: the key set's address and the fetch's failure are the operator's business.
+ */
+export function attestorUnavailable(error: KeySetUnavailableError): ProtoError {
+  return kitError("kit_attestor_unavailable", undefined, { retryAfter: error.retryAfterSeconds, cause: error });
 }
 
 /** Any thrown value as a ProtoError (unexpected ones become 500 `internal_error`). */
 export function asProtoError(error: unknown): { error: ProtoError; unexpected: boolean } {
   if (error instanceof ProtoError) return { error, unexpected: false };
+  if (error instanceof KeySetUnavailableError) return { error: attestorUnavailable(error), unexpected: false };
   return { error: kitError("internal_error"), unexpected: true };
 }
 

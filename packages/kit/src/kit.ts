@@ -685,11 +685,8 @@ export class Kit {
   #errorPage(error: unknown, request: { headers: Headers }, title?: string): KitResponse {
     const { error: protoErr, unexpected } = asProtoError(error);
     if (unexpected) this.#onError(error);
-    return this.#challenged(
-      errorPage(protoErr.status, protoErr.code, protoErr.message, title, this.#options.serviceName),
-      protoErr,
-      request,
-    );
+    const page = errorPage(protoErr.status, protoErr.code, protoErr.message, title, this.#options.serviceName);
+    return this.#challenged({ ...page, headers: { ...page.headers, ...protoErr.headers() } }, protoErr, request);
   }
 
   #mountRoutes(): void {

@@ -6,11 +6,11 @@
  * with an attestation use; a person's token (an MCP client acting for them) names the person the
  * kit knows from sign-in and attestations. Framework-free; `fastify.ts` mounts it (`mcpRoute`).
  */
-import { isDidKey, ProtoError, type Recipient, recipientKey } from "@proto/protocol";
+import { isDidKey, KeySetUnavailableError, ProtoError, type Recipient, recipientKey } from "@proto/protocol";
 import { decodeJwt, decodeProtectedHeader, type JWTPayload, errors as joseErrors, jwtVerify } from "jose";
 import type { ResolvedAccount } from "./agent-auth.js";
 import type { AttestorRegistry, KitAttestation, ResolvedAttestor } from "./attestors.js";
-import { KIT_SPECIFIC_ERRORS } from "./errors.js";
+import { attestorUnavailable, KIT_SPECIFIC_ERRORS } from "./errors.js";
 import { type KitResponse, mergeChallenges, toFetchResponse, toHeaders } from "./http.js";
 import { type AccountResource, type OwnerAccountView, toOwnerAccountView } from "./resource.js";
 import type { AccountRecord, KitStore } from "./store/types.js";
@@ -422,6 +422,8 @@ export class ProtectedResource {
         requiredClaims: ["iss", "sub", "aud", "exp", "iat", "jti", "client_id"],
       }));
     } catch (error) {
+      // Without the issuer's keys nothing is known about the token: the caller is not at fault.
+      if (error instanceof KeySetUnavailableError) throw attestorUnavailable(error);
       throw invalid(refusal(error));
     }
     return this.#checkClaims(payload, now);

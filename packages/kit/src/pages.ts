@@ -13,6 +13,7 @@ const NEXT_STEP: Record<string, string> = {
     "Check that you opened the whole link from the message. If it still fails, ask the agent for a new invitation.",
   invitation_expired: "Ask the agent for a new invitation: it can send one at any time.",
   already_claimed: "The agent already has an owner. If that is you, nothing more is needed.",
+  kit_attestor_unavailable: "Nothing was changed. Wait a few seconds, then reload this page.",
 };
 
 export function errorPage(

@@ -39,6 +39,8 @@ export interface AttestorSignInOptions {
 export const PHISHING_RESISTANT_ACR = "phishing-resistant";
 
 const STATE_COOKIE = "proto_kit_signin";
+/** A failed discovery is not cached, so the next sign-in tries again: a few seconds is enough. */
+const SIGNIN_RETRY_SECONDS = 5;
 
 /**
  * Sign in with an attestor as an OpenID relying party (openid-client): Authorization Code with
@@ -109,7 +111,11 @@ export class AttestorSignIn {
     try {
       config = await this.#configuration(attestor);
     } catch (error) {
-      throw kitError("kit_signin_failed", `the attestor's OpenID configuration is unavailable: ${messageOf(error)}`);
+      // The attestor is down or misconfigured, not the person: come back, nothing was started.
+      throw kitError("kit_attestor_unavailable", "the attestor cannot be reached to sign you in; try again shortly", {
+        retryAfter: SIGNIN_RETRY_SECONDS,
+        cause: error,
+      });
     }
     const verifier = client.randomPKCECodeVerifier();
     const challenge = await client.calculatePKCECodeChallenge(verifier);

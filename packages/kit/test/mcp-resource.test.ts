@@ -16,7 +16,7 @@ import {
   mcpRoute,
   openKitStore,
 } from "../src/index.js";
-import { type Answer, TestAttestor } from "./support/attestor.js";
+import { type Answer, answer, TestAttestor } from "./support/attestor.js";
 import { Browser, field, type PageAnswer } from "./support/browser.js";
 import {
   type Agent,
@@ -39,7 +39,6 @@ import {
 
 reportSkippedEngines();
 
-const JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 const CALLBACK = "http://127.0.0.1:9/callback";
 
 /** A refusal as a client sees it: the status, the envelope, and the challenges in order. */
@@ -120,17 +119,6 @@ for (const engine of ENGINES) {
       await database?.drop();
     });
 
-    async function answer(response: Response): Promise<Answer> {
-      const text = await response.text();
-      let json: unknown;
-      try {
-        json = text.length > 0 ? JSON.parse(text) : undefined;
-      } catch {
-        json = undefined;
-      }
-      return { status: response.status, headers: response.headers, text, json };
-    }
-
     /** A request to the service over HTTP, with a bearer token when given. */
     async function call(
       method: string,
@@ -168,24 +156,10 @@ for (const engine of ENGINES) {
       );
     }
 
-    /** An access token for `agent` by the JWT-bearer grant (RFC 7523), for `forResource`. */
+    /** An access token for `agent` by the JWT-bearer grant (RFC 7523); `scope: ""` asks for none. */
     async function agentToken(agent: Agent, options: { resource?: string; scope?: string } = {}): Promise<string> {
-      const now = clock.nowSeconds();
-      const assertion = await new SignJWT({ jti: randomUUID() })
-        .setProtectedHeader({ alg: "EdDSA" })
-        .setIssuer(agent.did)
-        .setSubject(agent.did)
-        .setAudience(`${attestor.url}/oidc/token`)
-        .setIssuedAt(now)
-        .setExpirationTime(now + 120)
-        .sign(agent.privateKey);
-      const form: Record<string, string> = {
-        grant_type: JWT_BEARER,
-        assertion,
-        resource: options.resource ?? resource,
-      };
-      if (options.scope !== "") form.scope = options.scope ?? "notes";
-      const issued = await tokenRequest(form);
+      const scope = options.scope === "" ? undefined : (options.scope ?? "notes");
+      const issued = await attestor.jwtBearer(agent, options.resource ?? resource, scope);
       assert.equal(issued.status, 200, issued.text);
       assert.equal(issued.json.token_type, "Bearer");
       return issued.json.access_token as string;

@@ -2,7 +2,7 @@ import type { JSONWebKeySet, JWTPayload } from "jose";
 import { isBase64url } from "./base64url.js";
 import { type ProtoError, protoError } from "./errors.js";
 import { verifyEdDsaJwt } from "./jwt.js";
-import { type KeyLookup, RemoteKeySet, staticKeySet } from "./key-set.js";
+import { type KeyLookup, KeySetUnavailableError, RemoteKeySet, staticKeySet } from "./key-set.js";
 
 export const ATTESTATION_ISSUER = "proto-trust";
 export const ATTESTATION_HEADER = "proto-attestation";
@@ -48,7 +48,10 @@ export interface VerifiedAttestation {
 }
 
 export interface AttestationVerifier {
-  /** Verifies a `Proto-Attestation` JWT; throws a `ProtoError` `invalid_attestation`. */
+  /**
+   * Verifies a `Proto-Attestation` JWT; throws a `ProtoError` `invalid_attestation`, or
+   * `KeySetUnavailableError` when the issuer's key set cannot be fetched.
+   */
   verify(jwt: string, expected: AttestationExpectations): Promise<VerifiedAttestation>;
 }
 
@@ -110,6 +113,8 @@ export function createAttestationVerifier(options: AttestationVerifierOptions): 
         payload = result.payload;
         kid = result.header.kid;
       } catch (error) {
+        // The issuer's keys could not be had: nothing is known about this attestation.
+        if (error instanceof KeySetUnavailableError) throw error;
         throw invalid(`attestation rejected: ${error instanceof Error ? error.message : "invalid token"}`, error);
       }
       checkClaims(payload, expected);

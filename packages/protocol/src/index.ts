@@ -113,7 +113,7 @@ export {
   MAX_SIGNATURE_VALIDITY_SECONDS,
 } from "./http-signatures/verify.js";
 export type { FetchFunction, KeyLookup, RemoteKeySetOptions } from "./key-set.js";
-export { RemoteKeySet, staticKeySet } from "./key-set.js";
+export { KeySetUnavailableError, RemoteKeySet, staticKeySet } from "./key-set.js";
 export type { MemoryNonceStoreOptions, NonceStore, RedisNonceStoreOptions, RedisSetClient } from "./nonce-store.js";
 export { MemoryNonceStore, RedisNonceStore } from "./nonce-store.js";
 export type { NormalizeResult, OidcIdentity, Recipient, RecipientType } from "./recipients.js";

@@ -24,6 +24,26 @@ export interface RemoteKeySetOptions {
   maxBytes?: number;
   /** Milliseconds since the epoch; an injectable clock. */
   now?: () => number;
+  /**
+   * After a failed fetch, how long callers that need a fresh copy are told to come back instead of
+   * each waiting on a fetch of their own (default 5 s).
+   */
+  failureBackoffSeconds?: number;
+}
+
+/**
+ * The key set could not be had (unreachable, timed out, an answer other than a JSON key set) and
+ * no cached copy may answer: nothing is known about the token, so its sender is not at fault.
+ * Services answer 503 with `Retry-After: retryAfterSeconds`.
+ */
+export class KeySetUnavailableError extends Error {
+  override readonly name = "KeySetUnavailableError";
+  readonly retryAfterSeconds: number;
+
+  constructor(message: string, retryAfterSeconds: number, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
 }
 
 interface CacheDirectives {
@@ -70,6 +90,10 @@ export class RemoteKeySet {
   #staleUntil = 0;
   #lastFetchAt = Number.NEGATIVE_INFINITY;
   #pending: Promise<void> | undefined;
+  readonly #failureBackoffMs: number;
+  /** Until when a failed fetch answers for the source (no fetch before then). */
+  #failedUntil = Number.NEGATIVE_INFINITY;
+  #failure = "";
 
   constructor(url: string | URL, options: RemoteKeySetOptions = {}) {
     this.url = new URL(url).href;
@@ -79,14 +103,15 @@ export class RemoteKeySet {
     this.#timeoutMs = options.timeoutMs ?? 5000;
     this.#maxBytes = options.maxBytes ?? 64 * 1024;
     this.#now = options.now ?? Date.now;
+    this.#failureBackoffMs = (options.failureBackoffSeconds ?? 5) * 1000;
   }
 
-  /** The jose-compatible lookup. */
+  /** The jose-compatible lookup. Throws `KeySetUnavailableError` when the source cannot answer. */
   readonly getKey: KeyLookup = async (header, token) => {
     const now = this.#now();
     if (this.#local === undefined || now >= this.#staleUntil) {
-      await this.refresh();
-    } else if (now >= this.#freshUntil) {
+      await this.#refreshFor(now);
+    } else if (now >= this.#freshUntil && now >= this.#failedUntil) {
       // Serve the stale copy now; the refresh runs alongside and its failure is not this caller's.
       this.refresh().catch(() => undefined);
     }
@@ -96,17 +121,38 @@ export class RemoteKeySet {
       if (!(error instanceof joseErrors.JWKSNoMatchingKey) || this.#now() - this.#lastFetchAt < this.#cooldownMs) {
         throw error;
       }
-      await this.refresh();
+      // A kid we do not hold may be a key published since: only a fresh copy can tell.
+      await this.#refreshFor(this.#now());
       return this.#lookup(header, token);
     }
   };
 
-  /** Fetches the key set now (concurrent callers share one fetch). */
+  /**
+   * Fetches the key set now (concurrent callers share one fetch). Rejects with
+   * `KeySetUnavailableError` when the fetch fails.
+   */
   refresh(): Promise<void> {
-    this.#pending ??= this.#load().finally(() => {
-      this.#pending = undefined;
-    });
+    this.#pending ??= this.#load()
+      .catch((error: unknown) => {
+        this.#failedUntil = this.#now() + this.#failureBackoffMs;
+        this.#failure = reasonOf(error);
+        throw this.#unavailable(error);
+      })
+      .finally(() => {
+        this.#pending = undefined;
+      });
     return this.#pending;
+  }
+
+  /** A refresh a caller must wait for, unless a fetch failed moments ago: then the failure answers. */
+  async #refreshFor(now: number): Promise<void> {
+    if (now < this.#failedUntil && this.#pending === undefined) throw this.#unavailable();
+    await this.refresh();
+  }
+
+  #unavailable(cause?: unknown): KeySetUnavailableError {
+    const seconds = Math.max(1, Math.ceil((this.#failedUntil - this.#now()) / 1000));
+    return new KeySetUnavailableError(`the key set at ${this.url} is unavailable (${this.#failure})`, seconds, cause);
   }
 
   async #lookup(header: JWSHeaderParameters, token: FlattenedJWSInput): Promise<CryptoKey> {
@@ -137,6 +183,12 @@ export class RemoteKeySet {
     this.#freshUntil = fetchedAt + maxAge * 1000;
     this.#staleUntil = this.#freshUntil + cache.staleWhileRevalidate * 1000;
   }
+}
+
+function reasonOf(error: unknown): string {
+  if (error instanceof Error && (error.name === "TimeoutError" || error.name === "AbortError")) return "timed out";
+  if (error instanceof joseErrors.JOSEError) return error.message;
+  return "unreachable";
 }
 
 async function readCapped(response: Response, maxBytes: number): Promise<string> {

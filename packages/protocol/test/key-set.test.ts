@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import { createServer } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { createTestCA, type HttpsHost, startHttpsHost, type TestCA, type TestFetch, testFetch } from "@proto/testkit";
 import { exportJWK, type JWK, SignJWT } from "jose";
 import { createAttestationVerifier } from "../src/attestation.js";
 import { ProtoError } from "../src/errors.js";
-import { RemoteKeySet } from "../src/key-set.js";
+import { KeySetUnavailableError, RemoteKeySet } from "../src/key-set.js";
 
 const AUD = "did:web:svc.example";
 const AGENT = "did:key:z6MkiYbwC5honA2sxE7XLAyJMDFibLvVg8FgodBX4A4CaUgr";
@@ -101,22 +103,80 @@ describe("remote key set over real HTTPS", () => {
       "stale copy is used while the source fails",
     );
     now += 200_000;
+    const before = fetchCount();
     await assert.rejects(
       verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }),
-      ProtoError,
-      "past the stale window a failing source fails",
+      (e: unknown) => e instanceof KeySetUnavailableError && e.retryAfterSeconds === 5,
+      "past the stale window a failing source is unavailable, not the token's fault",
     );
+    assert.equal(fetchCount(), before + 1);
     status = 200;
     cacheControl = "public, max-age=300, stale-while-revalidate=900";
-    assert.ok(await verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }));
+    now += 2_000;
+    for (let i = 0; i < 3; i++) {
+      await assert.rejects(
+        verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }),
+        (e: unknown) => e instanceof KeySetUnavailableError && e.retryAfterSeconds === 3,
+        "within the backoff the failure answers, with the seconds left",
+      );
+    }
+    assert.equal(fetchCount(), before + 1, "no fetch within the backoff");
+    now += 3_000;
+    assert.ok(await verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }), "recovered after the backoff");
+    assert.equal(fetchCount(), before + 2);
   });
 
-  test("a key set URL that does not answer is invalid_attestation, not a crash", async () => {
+  test("a key set URL that does not answer is KeySetUnavailableError, not invalid_attestation nor a crash", async () => {
     const keySet = new RemoteKeySet(`${host.origin(HOST)}/missing.json`, { fetch: fetcher, now: () => now });
     const verifier = createAttestationVerifier({ keySet, now: () => now });
     await assert.rejects(
       verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }),
-      (e: unknown) => e instanceof ProtoError && e.code === "invalid_attestation",
+      (e: unknown) => e instanceof KeySetUnavailableError && /HTTP 404/.test(e.message) && !(e instanceof ProtoError),
     );
   });
+
+  test("a key set host that refuses connections: unavailable at once, one fetch per backoff", async () => {
+    const closed = await closedPort();
+    let fetches = 0;
+    const keySet = new RemoteKeySet(`https://127.0.0.1:${closed}/.well-known/jwks.json`, {
+      fetch: (input, init) => {
+        fetches++;
+        return fetch(input, init);
+      },
+      now: () => now,
+      failureBackoffSeconds: 10,
+    });
+    const verifier = createAttestationVerifier({ keySet, now: () => now });
+    for (let i = 0; i < 4; i++) {
+      await assert.rejects(
+        verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }),
+        (e: unknown) =>
+          e instanceof KeySetUnavailableError && e.retryAfterSeconds === 10 && /unreachable/.test(e.message),
+      );
+    }
+    assert.equal(fetches, 1, "callers within the backoff do not each wait on a fetch");
+    now += 10_000;
+    await assert.rejects(verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }), KeySetUnavailableError);
+    assert.equal(fetches, 2);
+  });
+
+  test("an unknown kid whose refetch fails is unavailable: only a fresh copy could tell", async () => {
+    published = [await jwk(0)];
+    const verifier = setup();
+    await verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT });
+    now += 31_000;
+    status = 502;
+    await assert.rejects(verifier.verify(await mint(1), { audience: AUD, agentDid: AGENT }), KeySetUnavailableError);
+    assert.ok(await verifier.verify(await mint(0), { audience: AUD, agentDid: AGENT }), "known keys still verify");
+    status = 200;
+  });
 });
+
+/** A loopback port nothing listens on. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}

@@ -1,13 +1,16 @@
-import { sign } from "node:crypto";
+import { randomUUID, sign } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { signRequest } from "@proto/protocol";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
+import { SignJWT } from "jose";
 import { type Agent, freePort, newAgent, type TestClock } from "./env.js";
 
 type TrustApp = Awaited<ReturnType<typeof buildTrustApp>>;
+
+const JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
 interface OutboxEntry {
   to: string;
@@ -23,7 +26,8 @@ export interface Answer {
   json: any;
 }
 
-async function answer(response: Response): Promise<Answer> {
+/** A response as tests read it: status, headers, text, and the JSON body when there is one. */
+export async function answer(response: Response): Promise<Answer> {
   const text = await response.text();
   let json: unknown;
   try {
@@ -113,6 +117,27 @@ export class TestAttestor {
     const minted = await this.request("POST", "/v1/token", body, { ...signed.headers });
     if (minted.status !== 200) throw new Error(`mint: ${minted.text}`);
     return minted.json.jwt as string;
+  }
+
+  /**
+   * An access token for `agent` by the JWT-bearer grant (RFC 7523), for `resource` with `scope`
+   * (none when undefined): the token endpoint's answer, as it came.
+   */
+  async jwtBearer(agent: Agent, resource: string, scope?: string): Promise<Answer> {
+    const now = this.clock.nowSeconds();
+    const assertion = await new SignJWT({ jti: randomUUID() })
+      .setProtectedHeader({ alg: "EdDSA" })
+      .setIssuer(agent.did)
+      .setSubject(agent.did)
+      .setAudience(`${this.url}/oidc/token`)
+      .setIssuedAt(now)
+      .setExpirationTime(now + 120)
+      .sign(agent.privateKey);
+    const form: Record<string, string> = { grant_type: JWT_BEARER, assertion, resource };
+    if (scope !== undefined) form.scope = scope;
+    return this.request("POST", "/oidc/token", new URLSearchParams(form).toString(), {
+      "content-type": "application/x-www-form-urlencoded",
+    });
   }
 
   /** The newest sign-in link mailed to `email` (the development outbox). */
