@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `proto-conformance MODE URL`: runs the mode's probes against a live deployment and reports.
- * Exit 0 when nothing failed, 1 when a probe failed, 2 on a usage error; errors are one line.
+ * Exit 0 when nothing failed, 1 when a probe failed, 2 on a usage error, 3 when the agent stand-in
+ * saw no request to check; errors are one line.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { Command, CommanderError, InvalidArgumentError } from "commander";
@@ -49,6 +50,9 @@ function targetUrl(value: string): string {
   }
   return url.href.replace(/\/+$/, "");
 }
+
+/** `agent` mode: the session ended without one request to check. */
+const NOTHING_CHECKED = 3;
 
 const positiveInt =
   (max: number) =>
@@ -126,6 +130,11 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   if (timer !== undefined) clearTimeout(timer);
   await standIn.close();
   writeReport("agent", standIn.url, standIn.report(), flags);
+  // All skipped is not a pass: an agent that never arrived was not checked at all.
+  if (standIn.checked() === 0 && process.exitCode === 0) {
+    process.stderr.write("proto-conformance: no agent request reached the stand-in; nothing was checked\n");
+    process.exitCode = NOTHING_CHECKED;
+  }
 }
 
 function writeReport(

@@ -489,3 +489,39 @@ test("the command: prints the URL, checks --requests N requests, reports, exits 
   assert.match(xml, /<testcase [^>]*name="agent\.nonce\.fresh"[^>]*>\s*<failure/);
   rmSync(dir, { recursive: true, force: true });
 });
+
+test("the command: a session that ends before any agent request exits 3 and says nothing was checked", async () => {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of ["NODE_TEST_CONTEXT", "NODE_OPTIONS"]) delete env[name];
+  const child = spawn(
+    process.execPath,
+    ["--conditions=source", "--import", "tsx", join(PACKAGE_DIR, "src/cli.ts"), "agent", "--listen", "0", "--open"],
+    { cwd: PACKAGE_DIR, env, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  const output = { stdout: "", stderr: "" };
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+    output.stderr += chunk;
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      output.stdout += chunk;
+      const match = /^point the agent at (http:\/\/127\.0\.0\.1:\d+)\n/.exec(output.stdout);
+      if (match?.[1]) resolve(match[1]);
+    });
+    child.once("close", () => reject(new Error(`exited before printing the URL: ${output.stderr}`)));
+  });
+  try {
+    // Reading the discovery document is not a request to check.
+    const discovery = await fetch(`${url}/.well-known/proto`);
+    assert.equal(discovery.status, 200);
+    await discovery.text();
+    child.kill("SIGINT");
+    assert.equal(await exited, 3, output.stderr);
+  } finally {
+    clearTimeout(killer);
+  }
+  assert.match(output.stdout, /\n0 passed, 0 failed, 9 skipped\n$/);
+  assert.equal(output.stderr, "proto-conformance: no agent request reached the stand-in; nothing was checked\n");
+});
