@@ -20,7 +20,7 @@ import type {
   OAuthClientMetadata,
   OAuthTokens,
 } from "@modelcontextprotocol/sdk/shared/auth.js";
-import { Agent, connectMcp } from "@proto/agent";
+import { Agent, connectMcp, createMcpAuthProvider } from "@proto/agent";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
 import {
   createTestCA,
@@ -237,6 +237,63 @@ for (const variant of VARIANTS) {
       assert.equal(refused.status, 401);
       assert.match(refused.headers.get("www-authenticate") ?? "", /Bearer .*resource_metadata=/);
       assert.match(refused.headers.get("www-authenticate") ?? "", /Proto /);
+    });
+
+    test("a page of another origin in Chromium: the preflight passes, the 401's challenge is readable, a token lists the tools", async () => {
+      const browser = launched.browser;
+      assert.ok(browser);
+      // The agent's access token, as a browser-based MCP client would hold one.
+      const provider = createMcpAuthProvider(agent);
+      const client = new Client({ name: "token-holder", version: "1.0.0" });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider, fetch: provider.fetch }),
+      );
+      await client.close();
+      const token = (await provider.tokens())?.access_token;
+      assert.ok(token);
+      // A plain page on a loopback origin of its own (no CSP of ours in the way).
+      const elsewhere = createHttpServer((_req, res) =>
+        res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>client</title>"),
+      );
+      await new Promise<void>((resolve) => elsewhere.listen(0, "127.0.0.1", resolve));
+      const context = await browser.newContext({ ignoreHTTPSErrors: true });
+      try {
+        const page = await context.newPage();
+        await page.goto(`http://127.0.0.1:${(elsewhere.address() as { port: number }).port}/`);
+        const seen = await page.evaluate(
+          async ({ url, token }) => {
+            const initialize = JSON.stringify({
+              jsonrpc: "2.0",
+              id: 1,
+              method: "initialize",
+              params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "page", version: "1" } },
+            });
+            const headers = {
+              "content-type": "application/json",
+              accept: "application/json, text/event-stream",
+              "mcp-protocol-version": "2025-06-18",
+            };
+            const refused = await fetch(url, { method: "POST", headers, body: initialize });
+            const allowed = await fetch(url, {
+              method: "POST",
+              headers: { ...headers, authorization: `Bearer ${token}` },
+              body: initialize,
+            });
+            return {
+              refused: { status: refused.status, challenge: refused.headers.get("www-authenticate") },
+              allowed: { status: allowed.status, body: await allowed.text() },
+            };
+          },
+          { url: mcpUrl, token },
+        );
+        assert.equal(seen.refused.status, 401);
+        assert.match(seen.refused.challenge ?? "", /^Bearer .*resource_metadata="[^"]+oauth-protected-resource\/mcp"/);
+        assert.equal(seen.allowed.status, 200, seen.allowed.body);
+        assert.match(seen.allowed.body, /"serverInfo"/);
+      } finally {
+        await context.close();
+        await new Promise<void>((resolve) => elsewhere.close(() => resolve()));
+      }
     });
 
     test("as a person (Chromium through sign-in and consent) and as the person's agent (JWT-bearer): the same subject, the same notes", async () => {

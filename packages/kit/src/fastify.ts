@@ -238,6 +238,11 @@ export function serveResourceMetadata(app: FastifyInstance, resource: ProtectedR
 export interface McpRouteOptions extends ProtectedResourceOptions {
   /** The methods of the endpoint (default the Streamable HTTP transport's: POST, GET, DELETE). */
   methods?: HTTPMethods[];
+  /**
+   * Answer browsers' CORS preflights and let pages of any origin read the answers (default true):
+   * browser-based MCP clients need it, and a bearer token is no ambient credential.
+   */
+  cors?: boolean;
 }
 
 /**
@@ -252,15 +257,24 @@ export function mcpRoute(
   options: McpRouteOptions,
   handler: RouteHandlerMethod,
 ): ProtectedResource {
-  const { methods, ...resourceOptions } = options;
+  const { methods = ["POST", "GET", "DELETE"], cors = true, ...resourceOptions } = options;
   const resource = kit.protectedResource(resourceOptions);
   if (!app.hasRequestDecorator("bearer")) app.decorateRequest("bearer", null);
   serveResourceMetadata(app, resource);
+  const corsHeaders = Object.entries(resource.corsHeaders());
+  // On the raw response, before the bearer check: every answer carries them, its refusals (a page
+  // must read the challenge) and a handler's that hijacks the reply (as MCP transports do).
+  const allowOrigins: onRequestAsyncHookHandler = async (_request, reply) => {
+    for (const [name, value] of corsHeaders) reply.raw.setHeader(name, value);
+  };
   app.route({
-    method: methods ?? ["POST", "GET", "DELETE"],
+    method: methods,
     url: resource.path,
-    onRequest: requireBearer(resource),
+    onRequest: cors ? [allowOrigins, requireBearer(resource)] : requireBearer(resource),
     handler,
   });
+  if (cors && !methods.includes("OPTIONS")) {
+    app.options(resource.path, async (_request, reply) => send(reply, resource.preflightResponse(methods)));
+  }
   return resource;
 }

@@ -26,6 +26,23 @@ const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]{1,128}$/;
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 const METADATA_CACHE_SECONDS = 300;
 
+/**
+ * What a browser-based MCP client may send cross-origin: the token (which `*` in
+ * `Access-Control-Allow-Headers` would not cover) and the Streamable HTTP transport's fields.
+ */
+const ENDPOINT_REQUEST_HEADERS = [
+  "Authorization",
+  "Content-Type",
+  "Accept",
+  "Mcp-Session-Id",
+  "Mcp-Protocol-Version",
+  "Mcp-Method",
+  "Mcp-Name",
+  "Last-Event-ID",
+].join(", ");
+/** What it must read back: the challenges that lead to the attestor, the session, the wait. */
+const ENDPOINT_EXPOSED_HEADERS = "WWW-Authenticate, Mcp-Session-Id, Mcp-Protocol-Version, Retry-After";
+
 export interface ProtectedResourceOptions {
   /** The endpoint's path on the public origin (`/mcp`); the resource is `{origin}{path}`, exactly. */
   path: string;
@@ -291,6 +308,29 @@ export class ProtectedResource {
         ...cors,
       },
       body: verb === "HEAD" ? undefined : JSON.stringify(this.#metadata),
+    };
+  }
+
+  /**
+   * Cross-origin access for the endpoint itself, for MCP clients that run in a browser: any origin,
+   * since the credential is a bearer token a page cannot send without holding it (no cookie rides
+   * along). Put these on every answer of the endpoint, refusals included.
+   */
+  corsHeaders(): Record<string, string> {
+    return { "access-control-allow-origin": "*", "access-control-expose-headers": ENDPOINT_EXPOSED_HEADERS };
+  }
+
+  /** The answer to a browser's CORS preflight (`OPTIONS`) for the endpoint, for `methods`. */
+  preflightResponse(methods: readonly string[]): KitResponse {
+    return {
+      status: 204,
+      headers: {
+        "access-control-allow-origin": "*",
+        "access-control-allow-methods": [...new Set([...methods, "OPTIONS"])].join(", "),
+        "access-control-allow-headers": ENDPOINT_REQUEST_HEADERS,
+        "access-control-max-age": "600",
+      },
+      body: undefined,
     };
   }
 

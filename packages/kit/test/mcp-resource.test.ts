@@ -271,6 +271,35 @@ for (const engine of ENGINES) {
       });
     });
 
+    test("CORS for browser-based clients: the preflight admits the token and MCP's fields; every answer, refusals too, is readable", async () => {
+      const preflight = await call("OPTIONS", "/mcp", {
+        headers: {
+          origin: "https://client.example",
+          "access-control-request-method": "POST",
+          "access-control-request-headers": "authorization, content-type, mcp-protocol-version",
+        },
+      });
+      assert.equal(preflight.status, 204, preflight.text);
+      assert.equal(preflight.headers.get("access-control-allow-origin"), "*");
+      assert.equal(preflight.headers.get("access-control-allow-methods"), "POST, GET, DELETE, OPTIONS");
+      const allowed = (preflight.headers.get("access-control-allow-headers") ?? "").toLowerCase().split(/,\s*/);
+      for (const name of ["authorization", "content-type", "mcp-protocol-version", "mcp-session-id", "last-event-id"]) {
+        assert.ok(allowed.includes(name), `${name} in ${allowed.join(", ")}`);
+      }
+      const origin = { origin: "https://client.example" };
+      const refused = await call("POST", "/mcp", { headers: origin, body: { jsonrpc: "2.0" } });
+      assert.equal(refused.status, 401);
+      const agent = await attestor.link(newAgent(), emailAddress("cors"));
+      const served = await call("POST", "/mcp", { headers: origin, token: await agentToken(agent), body: {} });
+      assert.equal(served.status, 200, served.text);
+      for (const answered of [refused, served]) {
+        assert.equal(answered.headers.get("access-control-allow-origin"), "*");
+        const exposed = (answered.headers.get("access-control-expose-headers") ?? "").toLowerCase();
+        assert.match(exposed, /www-authenticate/);
+        assert.match(exposed, /mcp-session-id/);
+      }
+    });
+
     test("an agent's token lands in the account of its signed requests with an attestation, both ways round", async () => {
       const email = emailAddress("mcp-agent");
       // Signed first: the signed path creates the account, the token finds it.
