@@ -314,6 +314,16 @@ for (const engine of ENGINES) {
       assertNotesList(await send("GET", "/notes", { host: "elsewhere.example" }));
     });
 
+    test("a Host that is no host (empty, with a path, two of them): 400 envelope, on every route, MCP's too", async () => {
+      for (const path of ["/notes", "/mcp"]) {
+        for (const options of [{ host: "" }, { host: `${NOTES_HOST}/x?y` }, { fields: ["Host: elsewhere.example"] }]) {
+          const refused = await send("GET", path, options);
+          assertEnvelope(refused, 400, "malformed_request");
+          assert.match(refused.text, /Host/);
+        }
+      }
+    });
+
     test("an absolute-form request-target naming another host: the configured public origin decides", async () => {
       const target = "https://other.example/notes?abs";
       assertNotesList(await send("GET", target));

@@ -3,7 +3,7 @@
  * instance is the one you pass in.
  */
 import { Readable } from "node:stream";
-import { ProtoError, refuseMissingHost, routerError, socketErrorResponder, type TransportError } from "@proto/protocol";
+import { ProtoError, refuseBadHost, routerError, socketErrorResponder, type TransportError } from "@proto/protocol";
 import type {
   FastifyInstance,
   FastifyPluginAsync,
@@ -163,10 +163,11 @@ export function createService(kit: Kit, options: CreateServiceOptions = {}): Fas
   const plugin: FastifyPluginAsync = async (app: FastifyInstance) => {
     if (!app.hasRequestDecorator("proto")) app.decorateRequest("proto", null);
     if (!app.hasRequestDecorator("signedAgent")) app.decorateRequest("signedAgent", null);
-    // With `protoServerOptions()` node leaves a missing Host to the application: refused here, for
-    // every route of the application registered after the kit.
+    // With `protoServerOptions()` node leaves a missing Host to the application: refused here, with
+    // a repeated one or one that is no host, for every route of the application registered after
+    // the kit (an MCP transport rebuilds the request's URL from it).
     app.addHook("onRequest", async (request, reply) => {
-      if (refuseMissingHost(request.raw, reply.raw, transportEnvelope)) reply.hijack();
+      if (refuseBadHost(request.raw, reply.raw, transportEnvelope)) reply.hijack();
     });
     await app.register(async (routes) => {
       // Kit routes read the exact bytes themselves, whatever the content type.

@@ -144,7 +144,7 @@ export type {
 } from "./sqlite-handle.js";
 export { SqliteHandle, sqliteHandlesKept } from "./sqlite-handle.js";
 export type { TransportError } from "./transport-errors.js";
-export { parserError, refuseMissingHost, routerError, socketErrorResponder } from "./transport-errors.js";
+export { parserError, refuseBadHost, routerError, socketErrorResponder } from "./transport-errors.js";
 export { acceptSignature } from "./web-bot-auth/accept-signature.js";
 export type { KeyDirectoryFailure, KeyDirectoryOptions } from "./web-bot-auth/key-directory.js";
 export {

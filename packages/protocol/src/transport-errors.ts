@@ -1,7 +1,7 @@
 /**
  * Client mistakes a Node HTTP server meets before any route is known: what its parser refuses
- * (oversized headers, a duplicate Content-Length, broken framing), an HTTP/1.1 request without
- * Host, and a router's refusals (a path that does not percent-decode, an over-long segment).
+ * (oversized headers, a duplicate Content-Length, broken framing), a request whose Host cannot
+ * stand, and a router's refusals (a path that does not percent-decode, an over-long segment).
  * Servers and the service kit answer them in the error envelope like every other non-2xx, each
  * with its own code vocabulary: these functions say the status and the words, and write the
  * answer where only a socket is left.
@@ -81,17 +81,35 @@ export function socketErrorResponder(
 }
 
 /**
- * Answers an HTTP/1.1 request without a Host header (RFC 9112 §3.2: 400) with the envelope and
- * says true. Node's own check (`requireHostHeader`) answers with an empty body, so a server that
- * uses this turns that off.
+ * RFC 9112 §3.2's Host rule, minus the empty value: an http(s) target always has a host, and code
+ * that rebuilds the URL from Host (an MCP transport does) fails on none. `host[:port]`, the host a
+ * name (RFC 3986 reg-name), an IPv4 address or a bracketed IPv6 literal.
  */
-export function refuseMissingHost(
+const HOST_VALUE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]+)(?::\d{0,5})?$/;
+
+/** Why the request's Host cannot stand, or undefined when it can. */
+function hostProblem(request: IncomingMessage): string | undefined {
+  const lines = request.rawHeaders.filter((_, i) => i % 2 === 0 && request.rawHeaders[i]?.toLowerCase() === "host");
+  if (lines.length > 1) return "the request has more than one Host header";
+  const host = request.headers.host;
+  if (host === undefined) return request.httpVersion === "1.1" ? "an HTTP/1.1 request needs a Host header" : undefined;
+  if (!HOST_VALUE.test(host) || !URL.canParse(`http://${host}/`)) return "the Host header is not a host";
+  return undefined;
+}
+
+/**
+ * Answers a request whose Host cannot stand (RFC 9112 §3.2: 400) with the envelope and says true:
+ * an HTTP/1.1 request without one, more than one, or one that is no `host[:port]`. Node's own check
+ * (`requireHostHeader`) answers with an empty body, so a server that uses this turns that off.
+ */
+export function refuseBadHost(
   request: IncomingMessage,
   response: ServerResponse,
   envelopeOf: (error: TransportError) => ErrorEnvelope,
 ): boolean {
-  if (request.httpVersion !== "1.1" || request.headers.host !== undefined) return false;
-  const body = JSON.stringify(envelopeOf({ status: 400, message: "an HTTP/1.1 request needs a Host header" }));
+  const problem = hostProblem(request);
+  if (problem === undefined) return false;
+  const body = JSON.stringify(envelopeOf({ status: 400, message: problem }));
   response.shouldKeepAlive = false;
   response.writeHead(400, {
     "content-type": "application/json; charset=utf-8",

@@ -122,6 +122,31 @@ describe("errors before routing answer with the envelope", { timeout: 60_000 }, 
     assert.equal(old.status, 200, old.body);
   });
 
+  test("a Host that cannot stand (two of them, empty, with a path or userinfo, not a host) is 400; hosts that can are served", async () => {
+    for (const hosts of [["a", "b"], [""], ["a/x?y"], ["user@a"], ["a b"], ["[::1"], ["a:port"]]) {
+      const fields = hosts.map((host) => `Host: ${host}\r\n`).join("");
+      const request = `GET /v1/listings HTTP/1.1\r\n${fields}Connection: close\r\n\r\n`;
+      const refused = await rawRequest(directory.url, request);
+      assertEnvelope(refused, 400);
+      assert.match(refused.body, hosts.length > 1 ? /more than one Host/ : /not a host/);
+      assertEnvelope(await rawRequest(trust.url, request.replace("/v1/listings", "/.well-known/jwks.json")), 400);
+    }
+    for (const host of [
+      "a",
+      "directory.example:8443",
+      "127.0.0.1:1",
+      "[::1]:80",
+      "EXAMPLE.com.",
+      "xn--bcher-kva.example",
+    ]) {
+      const served = await rawRequest(
+        directory.url,
+        `GET /v1/listings HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+      );
+      assert.equal(served.status, 200, `${host}: ${served.body}`);
+    }
+  });
+
   test("broken request framing is 400", async () => {
     assertEnvelope(await rawRequest(trust.url, "GET /v1/listings HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n"), 400);
   });

@@ -4,6 +4,12 @@
  * read from its Fastify instance, the kit's included.
  */
 import { generateKeyPairSync } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { Agent, createMcpAuthProvider } from "@proto/agent";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
 import { createTestDatabase } from "@proto/testkit";
@@ -12,6 +18,7 @@ import { quietLog } from "../../../../packages/server/test/support/http.js";
 import type { StoreVariant } from "../../../../packages/server/test/support/stores.js";
 import { freePort, trustTestEnv } from "../../../../packages/server/test/support/trust.js";
 import { buildNotesService } from "../../src/app.js";
+import { MCP_PATH } from "../../src/mcp.js";
 
 export interface RunningTarget extends FuzzTarget {
   close(): Promise<void>;
@@ -28,7 +35,8 @@ export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/proto\/v1\/claim\/[^/]+$/, "dual"],
   [/^\/proto\/v1\//, "api"],
   [/^\/proto\/owner\/(signout|accounts)/, "api"],
-  [/^\/(notes|whoami|mcp)$/, "api"],
+  [/^\/(notes|whoami)$/, "api"],
+  [/^\/mcp$/, "jsonrpc"],
   [/^\/\.well-known\/oauth-protected-resource(\/mcp)?$/, "api"],
 ];
 
@@ -58,10 +66,14 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
   });
   await notes.app.listen({ port: notesPort, host: "127.0.0.1" });
 
+  const bearer = await mcpAccessToken(trustUrl, `${publicUrl}${MCP_PATH}`);
+
   // Requests are signed by a key that has no account: signature checks pass, the account lookup does not.
   const { privateKey, publicKey } = generateKeyPairSync("ed25519");
   const did = encodeDidKey(rawPublicKey(publicKey));
   const sign = async (request: FuzzRequest): Promise<[string, string][]> => {
+    // The MCP endpoint takes an access token: with one, requests reach the MCP transport.
+    if (request.route.url === MCP_PATH) return [["authorization", `Bearer ${bearer.token}`]];
     const signed = signRequest(
       { method: request.method, url: `${publicUrl}${request.target}`, ...(request.body ? { body: request.body } : {}) },
       { keyid: did, privateKey },
@@ -74,7 +86,12 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
     url: publicUrl,
     routes: routesOf(notes.app),
     kindOf: kindByPath(NOTES_ROUTE_KINDS),
-    signable: [...signable, "POST /proto/v1/accounts/me/owner-invitation", "POST /proto/v1/accounts/me/keys/rotate"],
+    signable: [
+      ...signable,
+      "POST /proto/v1/accounts/me/owner-invitation",
+      "POST /proto/v1/accounts/me/keys/rotate",
+      ...["POST", "GET", "DELETE"].map((method) => `${method} ${MCP_PATH}`),
+    ],
     sign,
     // Owner sign-in goes to the attestor; the example has no health route.
     redirectOrigins: [trustUrl],
@@ -106,6 +123,15 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
         "POST /proto/v1/accounts/keys/revoke": { body: { agent_did: did } },
         "POST /proto/v1/accounts/keys/rekey": { body: { current_account_did: did, new_account_did: did } },
         "POST /owner/signout": { body: { csrf: "a-csrf-token" } },
+        "POST /mcp": {
+          body: {
+            jsonrpc: "2.0",
+            id: 1,
+            method: "tools/call",
+            params: { name: "add_note", arguments: { text: "a note" } },
+          },
+          headers: { accept: "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18" },
+        },
       },
       cookies: [],
     },
@@ -115,10 +141,38 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
       return response.status === 200 ? undefined : `GET /.well-known/proto answered ${response.status}`;
     },
     async close() {
+      await bearer.close();
       await notes.close();
       await trust.close();
       await notesDb.drop();
       await trustDb.drop();
     },
   };
+}
+
+/**
+ * An access token for the MCP endpoint, as an agent gets one: linked to a person at the attestor
+ * (its test hook confirms), then the agent SDK's JWT-bearer provider. Ten minutes: the whole run.
+ */
+async function mcpAccessToken(trustUrl: string, mcpUrl: string): Promise<{ token: string; close(): Promise<void> }> {
+  const home = mkdtempSync(join(tmpdir(), "proto-notes-fuzz-agent-"));
+  const agent = Agent.init({ home, attestorUrl: trustUrl }).agent;
+  const request = await agent.attestor().linkStart({ label: "fuzz agent" });
+  const confirmed = await fetch(`${trustUrl}/__test/link/confirm`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ req_id: request.req_id, email: "fuzz@mail.test" }),
+  });
+  if (confirmed.status !== 200) throw new Error(`link confirmation answered ${confirmed.status}`);
+  if ((await agent.attestor().pollOnce(request.req_id)).state !== "confirmed")
+    throw new Error("the link did not confirm");
+  const provider = createMcpAuthProvider(agent);
+  const client = new Client({ name: "fuzz", version: "1.0.0" });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider, fetch: provider.fetch }),
+  );
+  await client.close();
+  const token = provider.tokens()?.access_token;
+  if (token === undefined) throw new Error("no access token");
+  return { token, close: async () => rmSync(home, { recursive: true, force: true }) };
 }

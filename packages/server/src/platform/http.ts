@@ -20,7 +20,7 @@ import type { RequestObserver } from "./metrics.js";
 import { proxyTrust } from "./proxy-trust.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
 import { rateLimitKey } from "./rate-limit.js";
-import { clientErrorHandler, frameworkErrorHandler, refuseMissingHost } from "./raw-errors.js";
+import { clientErrorHandler, frameworkErrorHandler, refuseBadHost } from "./raw-errors.js";
 import { tuneV8ForServing } from "./v8-flags.js";
 
 /** Fastify's default: longer than the usual proxy's idle timeout, so the proxy closes first. */
@@ -137,7 +137,7 @@ export function createHttpServer(options: HttpOptions): FastifyInstance {
     frameworkErrors: frameworkErrorHandler(sendError),
     serverFactory: (handler) => {
       const server = createServer({ requireHostHeader: false }, (request, response) => {
-        if (refuseMissingHost(request, response)) return;
+        if (refuseBadHost(request, response)) return;
         if (!fastPath.handle(request, response)) handler(request, response);
       });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;

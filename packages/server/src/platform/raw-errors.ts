@@ -1,12 +1,12 @@
 /**
  * Client mistakes answered before a route is known, in the error envelope like every other
  * non-2xx: what node's HTTP parser refuses (oversized headers, a duplicate Content-Length, broken
- * framing), an HTTP/1.1 request without Host, and what Fastify's router refuses (a path that does
+ * framing), a request whose Host cannot stand, and what Fastify's router refuses (a path that does
  * not percent-decode, a parameter over maxParamLength).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import {
-  refuseMissingHost as refuseMissingHostWith,
+  refuseBadHost as refuseBadHostWith,
   routerError,
   socketErrorResponder,
   type TransportError,
@@ -22,9 +22,9 @@ export function clientErrorHandler(log: () => FastifyBaseLogger) {
   return socketErrorResponder(envelopeOf, (code, status) => log().debug({ code, status }, "client error"));
 }
 
-/** An HTTP/1.1 request without Host: 400 in the envelope (node's own check sends no body). */
-export function refuseMissingHost(request: IncomingMessage, response: ServerResponse): boolean {
-  return refuseMissingHostWith(request, response, envelopeOf);
+/** A request whose Host cannot stand (none on HTTP/1.1, two, or no host): 400 in the envelope. */
+export function refuseBadHost(request: IncomingMessage, response: ServerResponse): boolean {
+  return refuseBadHostWith(request, response, envelopeOf);
 }
 
 /** Fastify's `frameworkErrors`: what its router refuses, before any route is chosen. */

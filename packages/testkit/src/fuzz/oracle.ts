@@ -44,6 +44,27 @@ function oauthProblem(answer: RawAnswer, method: string): string | undefined {
   }
 }
 
+/** JSON-RPC 2.0 §5: `{"jsonrpc": "2.0", "error": {"code": <integer>, "message": "..."}, "id": ...}`. */
+function jsonRpcProblem(answer: RawAnswer, method: string): string | undefined {
+  const type = header(answer, "content-type");
+  if (!/^application\/json/i.test(type ?? "")) return `not JSON (content-type ${type ?? "none"})`;
+  if (method === "HEAD") return undefined;
+  try {
+    const parsed = JSON.parse(answer.body.toString("utf8")) as {
+      jsonrpc?: unknown;
+      error?: { code?: unknown; message?: unknown };
+      id?: unknown;
+    } | null;
+    if (parsed?.jsonrpc !== "2.0" || !("id" in parsed)) return "not a JSON-RPC 2.0 response (jsonrpc, id)";
+    if (!Number.isInteger(parsed.error?.code) || typeof parsed.error?.message !== "string") {
+      return "not a JSON-RPC error (code, message)";
+    }
+    return undefined;
+  } catch {
+    return "body is not JSON";
+  }
+}
+
 const isHtml = (answer: RawAnswer) => /^text\/html/i.test(header(answer, "content-type") ?? "");
 
 /**
@@ -93,6 +114,11 @@ export function judge(request: FuzzRequest, result: RawResult, origins: string[]
   if ((request.kind === "api" || request.kind === "oauth") && !success) {
     const problem = (request.kind === "api" ? envelopeProblem : oauthProblem)(answer, request.method);
     return problem === undefined ? undefined : `${status} ${problem}`;
+  }
+  if (request.kind === "jsonrpc" && !success) {
+    if (envelopeProblem(answer, request.method) === undefined) return undefined;
+    const problem = jsonRpcProblem(answer, request.method);
+    return problem === undefined ? undefined : `${status} neither the envelope nor a JSON-RPC error: ${problem}`;
   }
   if (request.kind === "dual" && !success && !redirect) {
     if (isHtml(answer)) return undefined;

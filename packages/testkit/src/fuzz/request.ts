@@ -10,7 +10,12 @@ import { percentEncode } from "./values.js";
  * (`/oidc/*`, as the spec says), `page` answers are HTML, `dual` errors are the envelope or HTML
  * (a route that takes JSON from agents and forms from people), `asset` anything but a 5xx.
  */
-export type RouteKind = "api" | "oauth" | "page" | "dual" | "asset";
+/**
+ * How a route answers errors: `api` the envelope, `oauth` RFC 6749's JSON, `page` HTML, `dual`
+ * either, `asset` anything; `jsonrpc` (an MCP endpoint) the envelope when refused before the
+ * protocol (the bearer check), else a JSON-RPC 2.0 error response.
+ */
+export type RouteKind = "api" | "oauth" | "page" | "dual" | "asset" | "jsonrpc";
 
 /** Classifies by path, first match wins; a route no pattern matches is a page. */
 export function kindByPath(patterns: [RegExp, RouteKind][]): (route: { url: string }) => RouteKind {
