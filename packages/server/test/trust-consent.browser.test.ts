@@ -259,6 +259,73 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         await page.getByRole("heading", { name: "Unknown agent link" }).waitFor();
         assert.deepEqual(cspViolations, []);
       });
+
+      test("an MCP client's access: consent names it, /account lists it, Revoke says what ended and its refresh token stops", async () => {
+        const registered = await fetch(`${origin}/oidc/register`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ client_name: "Desk Assistant", redirect_uris: [rp.url] }),
+        });
+        assert.equal(registered.status, 201);
+        const clientId = ((await registered.json()) as { client_id: string }).client_id;
+        const verifier = randomBytes(32).toString("base64url");
+        const query = new URLSearchParams({
+          client_id: clientId,
+          redirect_uri: rp.url,
+          response_type: "code",
+          scope: "notes",
+          resource: "https://notes.example/mcp",
+          code_challenge: createHash("sha256").update(verifier).digest("base64url"),
+          code_challenge_method: "S256",
+          state: "s-mcp",
+        });
+        // Signed in since the first story: the consent page comes at once.
+        await page.goto(`${origin}/oidc/authorize?${query}`);
+        await page.getByRole("heading", { name: /Let Desk Assistant use notes\.example/ }).waitFor();
+        await page.getByRole("button", { name: "Allow" }).click();
+        const back = await landedAtShop();
+        const tokens = await fetch(`${origin}/oidc/token`, {
+          method: "POST",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({
+            grant_type: "authorization_code",
+            code: back.get("code") ?? "",
+            code_verifier: verifier,
+            client_id: clientId,
+            redirect_uri: rp.url,
+            resource: "https://notes.example/mcp",
+          }),
+        });
+        assert.equal(tokens.status, 200);
+        const refreshToken = ((await tokens.json()) as { refresh_token: string }).refresh_token;
+
+        await page.goto(`${origin}/account`);
+        const access = page.getByRole("list", { name: "Applications with access" });
+        await access.waitFor();
+        assert.match(
+          await access.innerText(),
+          /Desk Assistant on notes\.example\s+Scope notes\s+Allowed \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC\s+Last used \d{4}/,
+        );
+        await look("account-access");
+
+        await access.getByRole("button", { name: "Revoke Desk Assistant on notes.example" }).click();
+        await page.waitForURL((url) => url.pathname === "/account");
+        assert.match(
+          await page.getByRole("status").innerText(),
+          /^Desk Assistant no longer has access to notes\.example\. It cannot renew its access/,
+        );
+        assert.equal(await page.getByRole("list", { name: "Applications with access" }).count(), 0);
+        await page.getByText("No application reaches a service as you.").waitFor();
+        await look("account-access-revoked");
+        const refreshed = await fetch(`${origin}/oidc/token`, {
+          method: "POST",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({ grant_type: "refresh_token", refresh_token: refreshToken, client_id: clientId }),
+        });
+        assert.equal(refreshed.status, 400);
+        assert.equal(((await refreshed.json()) as { error: string }).error, "invalid_grant");
+        assert.deepEqual(cspViolations, []);
+      });
     });
   }
 });

@@ -456,9 +456,20 @@ describe("OAuth for MCP at the attestor", () => {
               form: { _csrf: field(inner ?? "", "_csrf"), grant_id: field(inner ?? "", "grant_id") },
             });
             assert.equal(revoked.status, 303, revoked.text);
+            // Back on the account page, a notice says what ended.
+            assert.match(revoked.location ?? "", /^\/account\?done=access-revoked&grant=/);
+            const told = await person.get(revoked.location ?? "");
+            assert.match(
+              told.text,
+              /role="status"><strong>Desk Assistant no longer has access to notes\.test:8443\.<\/strong>/,
+            );
           }
           const after = await person.get("/account");
           assert.doesNotMatch(after.text, /action="\/account\/access\/revoke"/);
+          assert.doesNotMatch(after.text, /no longer has access/, "the notice follows the button, not the page");
+          // Someone else's grant id, or a repeated one, says nothing.
+          const forged = await person.get("/account?done=access-revoked&grant=nope&grant=again");
+          assert.doesNotMatch(forged.text, /no longer has access/);
           assertOAuthError(
             await tokenRequest({
               grant_type: "refresh_token",

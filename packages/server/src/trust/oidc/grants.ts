@@ -192,6 +192,21 @@ export async function revokeGrant(db: Db, humanId: string, grantId: string, now:
   return Number(result.numUpdatedRows) === 1;
 }
 
+/** One of the person's grants whatever its state, with when it was revoked (null while live). */
+export async function grantOf(
+  db: Db,
+  humanId: string,
+  grantId: string,
+): Promise<(Grant & { revokedAt: number | null }) | undefined> {
+  const row = await db
+    .selectFrom("trust_oauth_grants")
+    .selectAll()
+    .where("id", "=", grantId)
+    .where("human_id", "=", humanId)
+    .executeTakeFirst();
+  return row === undefined ? undefined : { ...toGrant(row), revokedAt: row.revoked_at };
+}
+
 /** Whether the person has a live grant for this client and resource (then no consent is asked). */
 export async function hasActiveGrant(
   db: Db,

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Clock } from "../../platform/clock.js";
 import { html, type SafeHtml } from "../../platform/html.js";
 import { SINGLE_LINE } from "../../platform/input-rules.js";
-import { activeGrants, type Grant, revokeGrant } from "../oidc/grants.js";
+import { activeGrants, type Grant, grantOf, revokeGrant } from "../oidc/grants.js";
 import type { Db } from "../store.js";
 import { date } from "./dates.js";
 import { sendMessage } from "./layout.js";
@@ -48,6 +48,17 @@ export async function accessSection(db: Db, humanId: string, csrf: string, now: 
   })}</ul>`;
 }
 
+/**
+ * The account page's notice after a Revoke (`?done=access-revoked&grant=...`): said only while
+ * true, so a reload after the client was allowed again says nothing.
+ */
+export async function accessRevokedNotice(db: Db, humanId: string, grantId: unknown): Promise<SafeHtml | string> {
+  if (typeof grantId !== "string" || grantId.length > 64) return "";
+  const grant = await grantOf(db, humanId, grantId);
+  if (grant === undefined || grant.revokedAt === null) return "";
+  return html`<p class="notice" role="status"><strong>${grant.clientName} no longer has access to ${resourceHost(grant.resource)}.</strong> It cannot renew its access; a token it already holds stops working within 10 minutes.</p>`;
+}
+
 /** `POST /account/access/revoke`, behind the account forms' guard (`accountForm`). */
 export function registerAccessRoutes(
   app: FastifyInstance,
@@ -76,7 +87,8 @@ export function registerAccessRoutes(
           html`<p><a class="button" href="/account">Go to your account</a></p>`,
         );
       }
-      return reply.redirect("/account#access", 303);
+      const query = new URLSearchParams({ done: "access-revoked", grant: request.body.grant_id });
+      return reply.redirect(`/account?${query}`, 303);
     },
   );
 }

@@ -9,7 +9,7 @@ import * as consents from "../oidc/consents.js";
 import type { Passkeys } from "../passkeys.js";
 import type { TrustService } from "../service.js";
 import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
-import { accessSection, registerAccessRoutes } from "./access-grants.js";
+import { accessRevokedNotice, accessSection, registerAccessRoutes } from "./access-grants.js";
 import { date } from "./dates.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
@@ -203,6 +203,12 @@ function doneNotice(
     : html`<p class="notice" role="status"><strong>Restored.</strong> ${agentName(binding)} can get attestations for ${name} again.</p>`;
 }
 
+/** The grant a Revoke under "Applications with access" just ended (`?done=access-revoked`). */
+function accessRevoked(query: unknown): unknown {
+  const { done, grant } = (query ?? {}) as Record<string, unknown>;
+  return done === "access-revoked" ? grant : undefined;
+}
+
 function readDone(query: unknown): Done | undefined {
   const { done, binding, aud, client, service } = (query ?? {}) as Record<string, unknown>;
   if (done === "disconnected" && typeof client === "string" && typeof service === "string") {
@@ -247,6 +253,7 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
       scripts: PASSKEY_SCRIPTS,
       body: html`<h1>Your account</h1>
 ${doneNotice(readDone(request.query), bindings, services, wba, connected)}
+${await accessRevokedNotice(service.database.db, session.humanId, accessRevoked(request.query))}
 <h2>Verification</h2>
 ${
   verifications.length === 0
