@@ -427,43 +427,50 @@ suite("an agent broken in one way fails that probe and no other", () => {
 
 const PACKAGE_DIR = join(dirname(fileURLToPath(import.meta.url)), "..");
 
-test("the command: prints the URL, checks --requests N requests, reports, exits 1 on a failure", async () => {
+/** `proto-conformance agent ...` as a child process, once it says where it listens. */
+async function startAgentCli(args: string[]): Promise<{
+  url: string;
+  output: { stdout: string; stderr: string };
+  child: ReturnType<typeof spawn>;
+  exited: Promise<number | null>;
+  done(): void;
+}> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of ["NODE_TEST_CONTEXT", "NODE_OPTIONS"]) delete env[name];
-  const dir = mkdtempSync(join(tmpdir(), "proto-conformance-cli-"));
-  const junit = join(dir, "agent.xml");
   const child = spawn(
     process.execPath,
-    [
-      "--conditions=source",
-      "--import",
-      "tsx",
-      join(PACKAGE_DIR, "src/cli.ts"),
-      "agent",
-      "--listen",
-      "0",
-      "--open",
-      "--requests",
-      "2",
-      "--junit",
-      junit,
-    ],
+    ["--conditions=source", "--import", "tsx", join(PACKAGE_DIR, "src/cli.ts"), "agent", ...args],
     { cwd: PACKAGE_DIR, env, stdio: ["ignore", "pipe", "pipe"] },
   );
   const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
   const output = { stdout: "", stderr: "" };
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+  child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
     output.stderr += chunk;
   });
   const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
   const url = await new Promise<string>((resolve, reject) => {
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+    child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
       output.stdout += chunk;
       const match = /^point the agent at (http:\/\/127\.0\.0\.1:\d+)\n/.exec(output.stdout);
       if (match?.[1]) resolve(match[1]);
     });
     child.once("close", () => reject(new Error(`exited before printing the URL: ${output.stderr}`)));
   });
+  return { url, output, child, exited, done: () => clearTimeout(killer) };
+}
+
+test("the command: prints the URL, checks --requests N requests, reports, exits 1 on a failure", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "proto-conformance-cli-"));
+  const junit = join(dir, "agent.xml");
+  const { url, output, exited, done } = await startAgentCli([
+    "--listen",
+    "0",
+    "--open",
+    "--requests",
+    "2",
+    "--junit",
+    junit,
+  ]);
   try {
     const standIn = { url } as AgentStandIn;
     const key = newKey();
@@ -473,7 +480,7 @@ test("the command: prints the URL, checks --requests N requests, reports, exits 
     assert.equal(await send(standIn, first), 401);
     assert.equal(await exited, 1, output.stderr);
   } finally {
-    clearTimeout(killer);
+    done();
   }
   const lines = output.stdout.split("\n");
   assert.equal(lines[0], `point the agent at ${url}`);
@@ -491,27 +498,7 @@ test("the command: prints the URL, checks --requests N requests, reports, exits 
 });
 
 test("the command: a session that ends before any agent request exits 3 and says nothing was checked", async () => {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of ["NODE_TEST_CONTEXT", "NODE_OPTIONS"]) delete env[name];
-  const child = spawn(
-    process.execPath,
-    ["--conditions=source", "--import", "tsx", join(PACKAGE_DIR, "src/cli.ts"), "agent", "--listen", "0", "--open"],
-    { cwd: PACKAGE_DIR, env, stdio: ["ignore", "pipe", "pipe"] },
-  );
-  const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-  const output = { stdout: "", stderr: "" };
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
-    output.stderr += chunk;
-  });
-  const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-      output.stdout += chunk;
-      const match = /^point the agent at (http:\/\/127\.0\.0\.1:\d+)\n/.exec(output.stdout);
-      if (match?.[1]) resolve(match[1]);
-    });
-    child.once("close", () => reject(new Error(`exited before printing the URL: ${output.stderr}`)));
-  });
+  const { url, output, child, exited, done } = await startAgentCli(["--listen", "0", "--open"]);
   try {
     // Reading the discovery document is not a request to check.
     const discovery = await fetch(`${url}/.well-known/proto`);
@@ -520,7 +507,7 @@ test("the command: a session that ends before any agent request exits 3 and says
     child.kill("SIGINT");
     assert.equal(await exited, 3, output.stderr);
   } finally {
-    clearTimeout(killer);
+    done();
   }
   assert.match(output.stdout, /\n0 passed, 0 failed, 9 skipped\n$/);
   assert.equal(output.stderr, "proto-conformance: no agent request reached the stand-in; nothing was checked\n");
