@@ -51,12 +51,16 @@ describe("OAuth for MCP at the attestor", () => {
   before(async () => {
     ca = await createTestCA();
     cimd = await startHttpsHost({ ca, hostnames: [CIMD_HOST] });
-    for (const path of ["/good.json", "/mismatch.json", "/cached.json"]) {
+    for (const path of ["/good.json", "/mismatch.json", "/cached.json", "/large.json"]) {
       cimd.route(path, (_req, res) => {
         res.writeHead(200, { "content-type": "application/json", "cache-control": "max-age=600" });
         res.end(JSON.stringify(documents.get(path)));
       });
     }
+    cimd.route("/moved.json", (_req, res) => {
+      res.writeHead(302, { location: "/good.json" });
+      res.end();
+    });
   });
   after(async () => {
     await cimd?.close();
@@ -534,6 +538,56 @@ describe("OAuth for MCP at the attestor", () => {
           assert.equal(answer.status, 400, answer.text);
           assert.equal(answer.location, undefined);
           assert.match(answer.text, /client_id other than its own URL/);
+        });
+
+        /** The authorization page for the client a metadata document at `path` describes. */
+        async function authorizeAs(person: Browserless, path: string): Promise<PageAnswer> {
+          return person.get(
+            `/oidc/authorize?${new URLSearchParams({
+              client_id: cimdUrl(path),
+              redirect_uri: CALLBACK,
+              response_type: "code",
+              scope: "notes",
+              code_challenge: "a".repeat(43),
+              code_challenge_method: "S256",
+              resource: RESOURCE,
+            })}`,
+          );
+        }
+
+        test("a document is kept for its max-age (600 s): a change is read only after it, with one fetch", async () => {
+          const url = cimdUrl("/cached.json");
+          documents.set("/cached.json", { client_id: url, client_name: "Old Name", redirect_uris: [CALLBACK] });
+          const person = new Browserless(trustUrl);
+          await signInByEmail(h, person, `cimd-cache-${randomUUID()}@mail.test`);
+          const fetches = () => cimd.requests.filter((r) => r.path === "/cached.json").length;
+          const before = fetches();
+          assert.match((await authorizeAs(person, "/cached.json")).text, /Let Old Name use/);
+          documents.set("/cached.json", { client_id: url, client_name: "New Name", redirect_uris: [CALLBACK] });
+          await h.advance(599);
+          assert.match((await authorizeAs(person, "/cached.json")).text, /Let Old Name use/);
+          assert.equal(fetches(), before + 1, "read from the cache within max-age");
+          await h.advance(2);
+          assert.match((await authorizeAs(person, "/cached.json")).text, /Let New Name use/);
+          assert.equal(fetches(), before + 2);
+        });
+
+        test("a document over 5 KB, one that redirects, one that is not there: an error page, no redirect", async () => {
+          const url = cimdUrl("/large.json");
+          documents.set("/large.json", {
+            client_id: url,
+            client_name: "Large",
+            redirect_uris: [CALLBACK],
+            padding: "x".repeat(6 * 1024),
+          });
+          const anon = new Browserless(trustUrl);
+          for (const path of ["/large.json", "/moved.json", "/missing.json"]) {
+            const answer = await authorizeAs(anon, path);
+            assert.equal(answer.status, 400, `${path}: ${answer.text}`);
+            assert.equal(answer.location, undefined, path);
+            assert.match(answer.text, /metadata document/, path);
+            assert.doesNotMatch(answer.text, /Let .* use/, path);
+          }
         });
       });
 
