@@ -8,7 +8,7 @@ import { createServer as createHttpsServer, type Server } from "node:https";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { createKit, createService, type InvitationEvent, type Kit, protoServerOptions } from "@proto/kit";
-import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
+import { createTestCA, type TestCA, type TestFetch, testFetch } from "@proto/testkit";
 import Fastify, { type FastifyInstance } from "fastify";
 import { AgentIdentity, getAccount, inviteOwner, ServerError, ServiceClient, signUp } from "../src/index.js";
 import { closedPort, jsonOf, runCli, tempHome } from "./support/env.js";
@@ -17,6 +17,7 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
   let kit: Kit;
   let app: FastifyInstance;
   let fetch: TestFetch;
+  let ca: TestCA;
   let caFile: string;
   let origin: string;
   const invitations: InvitationEvent[] = [];
@@ -26,7 +27,7 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
   const publishedKeys: Record<string, string>[] = [];
 
   before(async () => {
-    const ca = await createTestCA();
+    ca = await createTestCA();
     caFile = ca.writeCertFile();
     const { certPem, keyPem } = await ca.issue(["localhost"]);
     directory = createHttpsServer({ key: keyPem, cert: certPem }, (_request, response) => {
@@ -96,6 +97,49 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
       (error: unknown) =>
         error instanceof ServerError && error.code === "unsupported_recipient_type" && error.status === 400,
     );
+  });
+
+  test("CLI: a refusal with Retry-After says when to try again, as text and as JSON", async () => {
+    // A service that lets an unclaimed account make two requests an hour.
+    const port = await closedPort();
+    const tight = await createKit({
+      publicUrl: `https://localhost:${port}`,
+      discovery: {
+        service_did: `did:web:localhost%3A${port}`,
+        billing: { unclaimed_mode: "free" },
+        recipient_types: ["oidc"],
+        limits: { unclaimed_ttl_seconds: 86400, unclaimed_rate_limit_per_hour: 2 },
+      },
+      database: "sqlite::memory:",
+      onInvitation: () => undefined,
+    });
+    const { certPem, keyPem } = await ca.issue(["localhost"]);
+    const tightApp = Fastify({ ...protoServerOptions(), https: { key: keyPem, cert: certPem } });
+    await tightApp.register(createService(tight));
+    await tightApp.listen({ port, host: "127.0.0.1" });
+    try {
+      const options = { home: tempHome(), caFile };
+      assert.equal((await runCli(["init"], options)).code, 0);
+      let refused: Awaited<ReturnType<typeof runCli>> | undefined;
+      for (let i = 0; i < 6 && refused === undefined; i++) {
+        const shown = await runCli(["account", "show", `https://localhost:${port}`], options);
+        if (shown.code !== 0) refused = shown;
+      }
+      assert.ok(refused, "the service's hourly limit was reached");
+      const lines = refused.stderr.split("\n").filter((line) => line !== "");
+      assert.match(lines[0] ?? "", /^proto: rate_limit_exceeded: \S/);
+      const wait = /^proto: the server asks to wait: try again in (\d+) (s|min)$/.exec(lines[1] ?? "");
+      assert.ok(wait, refused.stderr);
+      assert.equal(lines.length, 2, refused.stderr);
+      const json = await runCli(["account", "show", `https://localhost:${port}`, "--json"], options);
+      const document = jsonOf(json) as { error: { code: string; retry_after: number; status: number } };
+      assert.equal(document.error.code, "rate_limit_exceeded");
+      assert.equal(document.error.status, 429);
+      assert.ok(document.error.retry_after > 0 && document.error.retry_after <= 3600);
+    } finally {
+      await tightApp.close();
+      await tight.close();
+    }
   });
 
   test("CLI: `proto account show` and `proto account invite`, as text and as JSON", async () => {

@@ -103,6 +103,12 @@ const NEXT_STEPS: Record<string, string> = {
   link_request_expired: "run `proto trust link` to start a new link request, and ask the person to confirm it",
 };
 
+/** The server's `Retry-After` for a person: when trying again is worth it. */
+export function retryLine(seconds: number): string {
+  const wait = seconds < 90 ? `${seconds} s` : `${Math.ceil(seconds / 60)} min`;
+  return `the server asks to wait: try again in ${wait}`;
+}
+
 /** The next step for a refusal code, if there is one to give. */
 export function nextStepFor(code: string): string | undefined {
   return NEXT_STEPS[code];
@@ -157,6 +163,7 @@ export class Output {
     this.stderr.write(`${errorLine(described)}\n`);
     const next = nextStepFor(described.code);
     if (next !== undefined) this.stderr.write(`proto: ${next}\n`);
+    if (described.retry_after !== undefined) this.stderr.write(`proto: ${retryLine(described.retry_after)}\n`);
     if (this.json) this.errorDocument(error);
   }
 
