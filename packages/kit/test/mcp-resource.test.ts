@@ -15,6 +15,7 @@ import {
   type KitStore,
   mcpRoute,
   openKitStore,
+  toFetchResponse,
 } from "../src/index.js";
 import { type Answer, answer, TestAttestor } from "./support/attestor.js";
 import { Browser, field, type PageAnswer } from "./support/browser.js";
@@ -553,12 +554,16 @@ for (const engine of ENGINES) {
       const handle = async (request: Request): Promise<Response> => {
         const metadata = mcp.handleMetadata(request);
         if (metadata !== undefined) return metadata;
+        if (request.method === "OPTIONS") return toFetchResponse(mcp.preflightResponse(["POST"]));
+        let response: Response;
         try {
           const caller = await mcp.authenticate(request);
-          return Response.json({ kind: caller.kind, account_id: caller.account?.account_id ?? null });
+          response = Response.json({ kind: caller.kind, account_id: caller.account?.account_id ?? null });
         } catch (error) {
-          return mcp.errorToResponse(error, request);
+          response = mcp.errorToResponse(error, request);
         }
+        for (const [name, value] of Object.entries(mcp.corsHeaders())) response.headers.set(name, value);
+        return response;
       };
       const server = serve({ fetch: handle, port, hostname: "127.0.0.1" });
       await once(server, "listening");
@@ -568,9 +573,18 @@ for (const engine of ENGINES) {
         assert.equal(document.json.resource, `${fetchOrigin}/tools/mcp`);
         assert.deepEqual(document.json.authorization_servers, [attestor.url]);
         assert.equal(document.json.scopes_supported, undefined, "no scopes, none advertised");
+        const preflight = await fetch(`${fetchOrigin}/tools/mcp`, {
+          method: "OPTIONS",
+          headers: { origin: "https://client.example", "access-control-request-method": "POST" },
+        });
+        assert.equal(preflight.status, 204);
+        assert.equal(preflight.headers.get("access-control-allow-methods"), "POST, OPTIONS");
+        assert.match(preflight.headers.get("access-control-allow-headers") ?? "", /Authorization/);
         const refused = await answer(await fetch(`${fetchOrigin}/tools/mcp`, { method: "POST", body: "{}" }));
         assert.equal(refused.status, 401, refused.text);
         assert.equal(refused.json.error.code, "kit_token_required");
+        assert.equal(refused.headers.get("access-control-allow-origin"), "*");
+        assert.match(refused.headers.get("access-control-expose-headers") ?? "", /WWW-Authenticate/);
         const [bearer, proto] = challenges(refused);
         assert.equal(bearer?.scheme, "Bearer");
         assert.deepEqual(bearer?.params, {
