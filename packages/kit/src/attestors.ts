@@ -3,12 +3,14 @@ import {
   createAttestationVerifier,
   type FetchFunction,
   type KeyLookup,
+  KeySetUnavailableError,
   protoError,
   RemoteKeySet,
   staticKeySet,
   type VerifiedAttestation,
 } from "@proto/protocol";
 import { decodeJwt, type JSONWebKeySet } from "jose";
+import { attestorUnavailable } from "./errors.js";
 
 /**
  * One accepted attestor. It is named (the key of `KitOptions.attestors`) by its attestation issuer,
@@ -139,7 +141,10 @@ export class AttestorRegistry {
     return undefined;
   }
 
-  /** Verifies a `Proto-Attestation` JWT presented by `agentDid`; throws `invalid_attestation`. */
+  /**
+   * Verifies a `Proto-Attestation` JWT presented by `agentDid`; throws `invalid_attestation`, or
+   * `kit_attestor_unavailable` (503) when the issuer's key set cannot be fetched.
+   */
   async verify(jwt: string, agentDid: string): Promise<KitAttestation> {
     let issuer: unknown;
     try {
@@ -151,7 +156,14 @@ export class AttestorRegistry {
     if (attestor === undefined) {
       throw protoError("invalid_attestation", { message: "attestation issuer is not accepted by this service" });
     }
-    const verified = await attestor.verifier.verify(jwt, { audience: this.#serviceDid, agentDid });
+    let verified: VerifiedAttestation;
+    try {
+      verified = await attestor.verifier.verify(jwt, { audience: this.#serviceDid, agentDid });
+    } catch (error) {
+      // The attestor's keys could not be had: the attestation may be good, so 503, not 401.
+      if (error instanceof KeySetUnavailableError) throw attestorUnavailable(error);
+      throw error;
+    }
     return { ...verified, canonicalIssuer: attestor.name };
   }
 }

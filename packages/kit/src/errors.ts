@@ -1,4 +1,4 @@
-import { KeySetUnavailableError, ProtoError, RESERVED_ERRORS, type ReservedErrorCode } from "@proto/protocol";
+import { type KeySetUnavailableError, ProtoError, RESERVED_ERRORS, type ReservedErrorCode } from "@proto/protocol";
 
 export interface KitErrorUse {
   /** The statuses the kit answers the code with (the first is the spec's default). */
@@ -159,7 +159,6 @@ export function attestorUnavailable(error: KeySetUnavailableError): ProtoError {
 /** Any thrown value as a ProtoError (unexpected ones become 500 `internal_error`). */
 export function asProtoError(error: unknown): { error: ProtoError; unexpected: boolean } {
   if (error instanceof ProtoError) return { error, unexpected: false };
-  if (error instanceof KeySetUnavailableError) return { error: attestorUnavailable(error), unexpected: false };
   return { error: kitError("internal_error"), unexpected: true };
 }
 

@@ -89,8 +89,11 @@ const HOST_VALUE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]+)(?::\d{
 
 /** Why the request's Host cannot stand, or undefined when it can. */
 function hostProblem(request: IncomingMessage): string | undefined {
-  const lines = request.rawHeaders.filter((_, i) => i % 2 === 0 && request.rawHeaders[i]?.toLowerCase() === "host");
-  if (lines.length > 1) return "the request has more than one Host header";
+  let lines = 0;
+  for (let i = 0; i < request.rawHeaders.length; i += 2) {
+    if (request.rawHeaders[i]?.toLowerCase() === "host") lines++;
+  }
+  if (lines > 1) return "the request has more than one Host header";
   const host = request.headers.host;
   if (host === undefined) return request.httpVersion === "1.1" ? "an HTTP/1.1 request needs a Host header" : undefined;
   if (!HOST_VALUE.test(host) || !URL.canParse(`http://${host}/`)) return "the Host header is not a host";

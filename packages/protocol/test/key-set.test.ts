@@ -1,9 +1,15 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync } from "node:crypto";
-import type { AddressInfo } from "node:net";
-import { createServer } from "node:net";
 import { after, before, describe, test } from "node:test";
-import { createTestCA, type HttpsHost, startHttpsHost, type TestCA, type TestFetch, testFetch } from "@proto/testkit";
+import {
+  createTestCA,
+  freePort,
+  type HttpsHost,
+  startHttpsHost,
+  type TestCA,
+  type TestFetch,
+  testFetch,
+} from "@proto/testkit";
 import { exportJWK, type JWK, SignJWT } from "jose";
 import { createAttestationVerifier } from "../src/attestation.js";
 import { ProtoError } from "../src/errors.js";
@@ -136,7 +142,7 @@ describe("remote key set over real HTTPS", () => {
   });
 
   test("a key set host that refuses connections: unavailable at once, one fetch per backoff", async () => {
-    const closed = await closedPort();
+    const closed = await freePort();
     let fetches = 0;
     const keySet = new RemoteKeySet(`https://127.0.0.1:${closed}/.well-known/jwks.json`, {
       fetch: (input, init) => {
@@ -171,12 +177,3 @@ describe("remote key set over real HTTPS", () => {
     status = 200;
   });
 });
-
-/** A loopback port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
