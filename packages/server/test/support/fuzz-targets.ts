@@ -368,6 +368,8 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
         },
         "POST /account/connections/disconnect": { body: { _csrf: session.csrf, client_id: OIDC_CLIENT } },
         "POST /account/access/revoke": { body: { _csrf: session.csrf, grant_id: "grant-1" } },
+        // The notices a button leaves behind, read from the query (repeated, broken, hostile).
+        "GET /account": { query: { done: "access-revoked", grant: "grant-1" } },
         "POST /oidc/register": { body: { client_name: "Fuzz", redirect_uris: ["http://127.0.0.1:9/callback"] } },
         "POST /oidc/token": {
           encoding: "form",
