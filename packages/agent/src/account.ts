@@ -1,6 +1,6 @@
 /**
  * The agent's own account at a service, in upstream's shapes: introspection (§6.5), explicit
- * signup (§6.4) and the owner invitation (§7.2). Requests go through a `ServiceClient`, so they are
+ * signup (§6.4, which carries no `owner`) and the owner invitation (§7.2). Requests go through a `ServiceClient`, so they are
  * signed (and attested for `attested_only` services) like any other call.
  */
 import { ServerError, type ServerErrorInit } from "./errors.js";
@@ -20,6 +20,12 @@ export interface Account {
   /** Only once CLAIMED: the verified identity of the owner. */
   owner: { identity: { type: string; value: unknown }; claimed_at: string; user_id?: string | null } | null;
 }
+
+/**
+ * The answer to an explicit signup (upstream §6.4): the account without `owner` (a new account has
+ * none; `getAccount` tells who owns an existing one).
+ */
+export type SignedUpAccount = Omit<Account, "owner">;
 
 /** The answer to an owner invitation (upstream §7.2). */
 export interface Invitation {
@@ -44,7 +50,8 @@ function invalid(response: HttpResponse, what: string): ServerError {
   });
 }
 
-function readAccount(response: HttpResponse): Account {
+/** The fields explicit signup and introspection share; `what` names the answer in the error. */
+function readAccountFields(response: HttpResponse, what: string): Partial<Account> {
   const body = parseJson(response, serviceError) as Partial<Account> | null;
   if (
     body === null ||
@@ -54,11 +61,29 @@ function readAccount(response: HttpResponse): Account {
     typeof body.state !== "string" ||
     !STATES.has(body.state) ||
     typeof body.created_at !== "string" ||
-    !("owner" in body)
+    (body.unclaimed_expires_at !== undefined && typeof body.unclaimed_expires_at !== "string")
   ) {
-    throw invalid(response, "account");
+    throw invalid(response, what);
   }
+  return body;
+}
+
+function readAccount(response: HttpResponse): Account {
+  const body = readAccountFields(response, "account");
+  if (!("owner" in body)) throw invalid(response, "account");
   return body as Account;
+}
+
+/** Only upstream §6.4's fields: whatever else a service adds is not passed on. */
+function readSignup(response: HttpResponse): SignedUpAccount {
+  const body = readAccountFields(response, "signup") as Account;
+  return {
+    account_id: body.account_id,
+    agent_did: body.agent_did,
+    state: body.state,
+    created_at: body.created_at,
+    ...(body.unclaimed_expires_at === undefined ? {} : { unclaimed_expires_at: body.unclaimed_expires_at }),
+  };
 }
 
 async function exchange(client: ServiceClient, url: string, init: RequestInit): Promise<HttpResponse> {
@@ -74,13 +99,13 @@ export async function getAccount(client: ServiceClient, signal?: AbortSignal): P
   );
 }
 
-/** `POST {accounts}`: explicit signup (201 created, 200 when it existed). */
+/** `POST {accounts}`: explicit signup (201 created, 200 when it existed), in upstream §6.4's shape. */
 export async function signUp(
   client: ServiceClient,
   options: { termsVersion?: string; signal?: AbortSignal } = {},
-): Promise<Account> {
+): Promise<SignedUpAccount> {
   const body = options.termsVersion === undefined ? {} : { terms_version: options.termsVersion };
-  return readAccount(
+  return readSignup(
     await exchange(client, client.endpoint("accounts"), {
       method: "POST",
       headers: { "content-type": "application/json" },

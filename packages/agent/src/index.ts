@@ -1,6 +1,6 @@
 export type { AttestationSource } from "./accepted.js";
 export { acceptedAttestors, issuerOf } from "./accepted.js";
-export type { Account, AccountState, Invitation, OwnerRecipient } from "./account.js";
+export type { Account, AccountState, Invitation, OwnerRecipient, SignedUpAccount } from "./account.js";
 export { getAccount, inviteOwner, signUp } from "./account.js";
 export type { AgentOptions } from "./agent.js";
 export { Agent } from "./agent.js";

@@ -73,12 +73,20 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
     const identity = AgentIdentity.generate();
     const client = await connect(identity);
     const created = await signUp(client);
+    // Upstream §6.4 field for field: no owner in a signup's answer; introspection has it.
+    assert.deepEqual(Object.keys(created).sort(), [
+      "account_id",
+      "agent_did",
+      "created_at",
+      "state",
+      "unclaimed_expires_at",
+    ]);
     assert.equal(created.agent_did, identity.did);
     assert.equal(created.state, "UNCLAIMED");
-    assert.equal(created.owner, null);
     assert.ok(created.unclaimed_expires_at, "the service declares a TTL");
     const me = await getAccount(client);
     assert.equal(me.account_id, created.account_id);
+    assert.equal(me.owner, null);
 
     const byMail = await inviteOwner(client, { email: "Owner@Example.com" });
     assert.equal(byMail.state, "INVITED");

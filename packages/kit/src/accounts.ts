@@ -1,10 +1,13 @@
-/** Explicit signup (upstream §6.4), introspection (§6.5) and pre-claim key rotation (§8.1). */
+/**
+ * Explicit signup (upstream §6.4), introspection (§6.5) and pre-claim key rotation (§8.1), each
+ * answering exactly the fields upstream shows (upstream.md rule 2).
+ */
 import { protoError } from "@proto/protocol";
 import type { Handler, KitCore } from "./core.js";
 import { kitError } from "./errors.js";
 import { jsonResponse } from "./http.js";
 import { requireDidKey } from "./request-body.js";
-import type { AccountResource } from "./resource.js";
+import { type AccountResource, type KeyRotationAnswer, toSignupAnswer } from "./resource.js";
 import { isoTime } from "./util.js";
 
 export async function reloadAccount(core: KitCore, accountId: string): Promise<AccountResource> {
@@ -16,7 +19,7 @@ export async function reloadAccount(core: KitCore, accountId: string): Promise<A
 export function signupHandler(core: KitCore): Handler {
   return async (request) => {
     const context = await core.authenticate(request, "accounts.signup", true);
-    return jsonResponse(context.created ? 201 : 200, context.account);
+    return jsonResponse(context.created ? 201 : 200, toSignupAnswer(context.account));
   };
 }
 
@@ -51,11 +54,11 @@ export function keyRotationHandler(core: KitCore): Handler {
     if (outcome === "stale")
       throw protoError("owner_binding_blocked", { message: "the account was claimed meanwhile" });
     const account = await reloadAccount(core, context.record.id);
-    return jsonResponse(200, {
+    const answer: KeyRotationAnswer = {
       account_id: account.account_id,
       agent_did: account.agent_did,
       old_revoked_at: isoTime(now),
-      state: account.state,
-    });
+    };
+    return jsonResponse(200, answer);
   };
 }

@@ -6,7 +6,7 @@ import { kitError } from "./errors.js";
 import { jsonResponse, redirectResponse } from "./http.js";
 import { claimedPage, claimPage } from "./pages.js";
 import { isForm, isJson, parseJsonObject } from "./request-body.js";
-import { accountExpiresAt } from "./resource.js";
+import { accountExpiresAt, toClaimAnswer } from "./resource.js";
 import { identityKeys } from "./sessions.js";
 import type { AccountRecord } from "./store/types.js";
 import { hashToken, safeEqual } from "./util.js";
@@ -159,7 +159,7 @@ export function claimCompletionHandler(core: KitCore): Handler {
         throw protoError("already_claimed");
       }
       const account = await reloadAccount(core, claim.account.id);
-      if (!form) return jsonResponse(200, account);
+      if (!form) return jsonResponse(200, toClaimAnswer(account));
       if (claim.redirectUrl !== undefined) return redirectResponse(claim.redirectUrl);
       return claimedPage({
         serviceName: core.options.serviceName,

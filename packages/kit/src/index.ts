@@ -65,7 +65,15 @@ export {
 export type { RekeyResult, RevocationResult } from "./owner.js";
 export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";
 export { MemoryRateLimiter, StoreRateLimiter } from "./rate-limit.js";
-export type { AccountOwner, AccountResource, AccountState, OwnerAccountView } from "./resource.js";
+export type {
+  AccountOwner,
+  AccountResource,
+  AccountState,
+  ClaimAnswer,
+  KeyRotationAnswer,
+  OwnerAccountView,
+  SignupAnswer,
+} from "./resource.js";
 export type { NewOwnerSession, OwnerSession } from "./sessions.js";
 export type { SignedAgentIdentity, SignedAgentPolicy } from "./signed-agents.js";
 export { SignedAgentChallenge } from "./signed-agents.js";

@@ -5,8 +5,8 @@ import { isoTime } from "./util.js";
 export type AccountState = "UNCLAIMED" | "INVITED" | "CLAIMED";
 
 /**
- * The account resource of upstream §6.5: introspection, explicit signup (§6.4) and claim
- * completion (§7.4) answer it. Times are RFC 3339 UTC strings. `owner` is set only once CLAIMED
+ * The account resource of upstream §6.5, what introspection answers; explicit signup (§6.4) and
+ * claim completion (§7.4) answer parts of it (`SignupAnswer`, `ClaimAnswer`). Times are RFC 3339 UTC strings. `owner` is set only once CLAIMED
  * (never the pending recipient, §13.2); `unclaimed_expires_at` is present only while an unclaimed
  * account has a TTL (`limits.unclaimed_ttl_seconds`).
  */
@@ -45,6 +45,32 @@ export interface OwnerAccountView extends AccountResource {
   } | null;
   /** Set when the owner revoked the agent key and has not bound a new one. */
   key_revoked_at: string | null;
+}
+
+/** Explicit signup's answer (upstream §6.4): the resource without `owner`. */
+export type SignupAnswer = Omit<AccountResource, "owner">;
+
+/** Claim completion's answer (upstream §7.4): the account, its state and its new owner. */
+export interface ClaimAnswer {
+  account_id: string;
+  state: AccountState;
+  owner: AccountOwner | null;
+}
+
+/** Pre-claim key rotation's answer (upstream §8.1): the account's new DID and when the old one stopped. */
+export interface KeyRotationAnswer {
+  account_id: string;
+  agent_did: string;
+  old_revoked_at: string;
+}
+
+export function toSignupAnswer(resource: AccountResource): SignupAnswer {
+  const { owner: _owner, ...answer } = resource;
+  return answer;
+}
+
+export function toClaimAnswer(resource: AccountResource): ClaimAnswer {
+  return { account_id: resource.account_id, state: resource.state, owner: resource.owner };
 }
 
 export function accountState(record: AccountRecord, now: number): AccountState {

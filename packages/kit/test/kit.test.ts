@@ -265,7 +265,14 @@ for (const engine of ENGINES) {
       assert.equal((await main.signed(agent, "GET", ME)).status, 200);
       const again = await main.signed(agent, "POST", ACCOUNTS);
       assert.equal(again.status, 200, again.text);
-      assert.equal(again.json.account_id, account.account_id);
+      // Upstream §6.4 field for field: the account without `owner` (introspection has it).
+      assert.deepEqual(Object.keys(again.json).sort(), ["account_id", "agent_did", "created_at", "state"]);
+      assert.deepEqual(again.json, {
+        account_id: account.account_id,
+        agent_did: agent.did,
+        state: "UNCLAIMED",
+        created_at: account.created_at,
+      });
       // The account is keyed to the person the attestation names (canonical issuer + sub_h), and the
       // attested session runs to the attestation's exp.
       const record = await store.findAccountByDid(agent.did);
@@ -599,10 +606,10 @@ for (const engine of ENGINES) {
       const carolCookie = carol.setCookie.split(";")[0] as string;
       const claimed = await main.request("POST", claimPath(token), { headers: { cookie: carolCookie } });
       assert.equal(claimed.status, 200, claimed.text);
-      // Upstream §7.4: the account resource, CLAIMED, with the owner's verified identity.
-      assert.deepEqual(Object.keys(claimed.json).sort(), ["account_id", "agent_did", "created_at", "owner", "state"]);
+      // Upstream §7.4 field for field: the account, CLAIMED, with the owner's verified identity.
+      assert.deepEqual(Object.keys(claimed.json).sort(), ["account_id", "owner", "state"]);
       assert.equal(claimed.json.state, "CLAIMED");
-      assert.equal(claimed.json.agent_did, agent.did);
+      assert.equal(claimed.json.account_id, (await store.findAccountByDid(agent.did))?.id);
       assert.deepEqual(claimed.json.owner.identity, { type: "email", value: "carol@example.com" });
       assertAbout(claimed.json.owner.claimed_at, clock.now());
       assert.equal((await main.signed(agent, "GET", ME)).json.owner.identity.value, "carol@example.com");
@@ -638,7 +645,8 @@ for (const engine of ENGINES) {
       assert.equal(inUse.json.error.code, "kit_did_in_use");
       const rotated = await main.signed(agent, "POST", ROTATE, { body: { new_account_did: next.did } });
       assert.equal(rotated.status, 200, rotated.text);
-      assert.deepEqual(Object.keys(rotated.json).sort(), ["account_id", "agent_did", "old_revoked_at", "state"]);
+      // Upstream §8.1 field for field.
+      assert.deepEqual(Object.keys(rotated.json).sort(), ["account_id", "agent_did", "old_revoked_at"]);
       assert.equal(rotated.json.agent_did, next.did);
       assert.equal(rotated.json.account_id, account.account_id);
       assertAbout(rotated.json.old_revoked_at, clock.now());
@@ -988,6 +996,9 @@ for (const engine of ENGINES) {
       assert.equal(await store.findAccountByDid(agent.did), undefined);
       const created = await free.signed(agent, "POST", ACCOUNTS);
       assert.equal(created.status, 201, created.text);
+      assert.deepEqual(Object.keys(created.json).sort(), ["account_id", "agent_did", "created_at", "state"]);
+      assert.equal(created.json.agent_did, agent.did);
+      assert.equal(created.json.state, "UNCLAIMED");
       assert.equal((await store.findAccountByDid(agent.did))?.attestedIssuer, undefined, "free: no attestation needed");
       assert.equal((await free.signed(agent, "GET", ME)).status, 200);
     });
@@ -1014,6 +1025,16 @@ for (const engine of ENGINES) {
         created.json.unclaimed_expires_at,
         new Date(Date.parse(created.json.created_at) + 3600_000).toISOString(),
       );
+      // Explicit signup with a TTL: upstream §6.4 field for field, the expiry included.
+      const signup = await limited.signed(agent, "POST", ACCOUNTS);
+      assert.equal(signup.status, 200, signup.text);
+      assert.deepEqual(signup.json, {
+        account_id: created.json.account_id,
+        agent_did: agent.did,
+        state: "UNCLAIMED",
+        created_at: created.json.created_at,
+        unclaimed_expires_at: created.json.unclaimed_expires_at,
+      });
       const staged = await limited.signed(agent, "POST", INVITE, {
         body: { recipient: { type: "email", value: "ttl@example.com" } },
       });

@@ -323,7 +323,9 @@ export async function startAgentStandIn(options: AgentStandInOptions): Promise<A
     const path = request.target.split("?")[0] ?? "";
     if (path === ACCOUNTS_PATH && request.method === "POST") {
       const { account, created } = accountFor(did);
-      return { status: created ? 201 : 200, body: account };
+      // Upstream §6.4: the signup answer has no `owner` (an agent must not count on one).
+      const { owner: _owner, ...signup } = account;
+      return { status: created ? 201 : 200, body: signup };
     }
     if (path === `${ACCOUNTS_PATH}/me` && request.method === "GET")
       return { status: 200, body: accountFor(did).account };
