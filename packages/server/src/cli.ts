@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import { isProductionEnv } from "./platform/config.js";
+import { unavailableDependency } from "./platform/dependency.js";
 import { ConfigError } from "./platform/env.js";
 
 /**
@@ -49,6 +50,11 @@ function port(value: string | undefined, fallback: number): number {
 }
 
 class UsageError extends Error {}
+
+/** A message as one line of the terminal: an error from a driver may span several. */
+function oneLine(message: string): string {
+  return message.replace(/\s*\n\s*/g, " ").trim();
+}
 
 /**
  * Outside production only this machine may connect: a development server has `/dev/outbox`, whose
@@ -221,6 +227,14 @@ main(process.argv.slice(2)).catch((error: unknown) => {
     process.exit(2);
   }
   const message = error instanceof Error ? error.message : String(error);
-  process.stderr.write(`proto-server: failed to start: ${message}\n`);
+  // Redis may be down at start (the service answers 503 until it is back); the database may not:
+  // migrations and signing keys are read before anything is served. One line says so, and the
+  // exit status lets a supervisor start the process again once the database answers.
+  const dependency = unavailableDependency(error);
+  const reason =
+    dependency === "database"
+      ? `the database is unavailable (${oneLine(message)}); it must answer at start: start it first, or let the supervisor retry`
+      : oneLine(message);
+  process.stderr.write(`proto-server: failed to start: ${reason}\n`);
   process.exit(1);
 });

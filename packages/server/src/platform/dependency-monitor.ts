@@ -13,6 +13,8 @@ interface State {
   degradedMs: number;
   /** performance.now() when the current outage was first seen; undefined while up. */
   since: number | undefined;
+  /** What the first failure of the current outage said. */
+  reason: string | undefined;
   timer: NodeJS.Timeout | undefined;
 }
 
@@ -32,13 +34,17 @@ export class DependencyMonitor {
   constructor(probes: Partial<Record<Dependency, Probe>>) {
     this.#probes = new Map(Object.entries(probes) as [Dependency, Probe][]);
     for (const dependency of this.#probes.keys()) {
-      this.#states.set(dependency, { errors: 0, degradedMs: 0, since: undefined, timer: undefined });
+      this.#states.set(dependency, { errors: 0, degradedMs: 0, since: undefined, reason: undefined, timer: undefined });
     }
   }
 
   /** Where outage starts and ends are logged (the service's logger, once it exists). */
   set log(log: MonitorLog) {
     this.#log = log;
+    // An outage that began before the logger existed (Redis down while the service started).
+    for (const [dependency, state] of this.#states) {
+      if (state.since !== undefined) this.#warnStarted(dependency, state.reason);
+    }
   }
 
   get dependencies(): Dependency[] {
@@ -52,10 +58,8 @@ export class DependencyMonitor {
     state.errors += 1;
     if (state.since !== undefined) return;
     state.since = performance.now();
-    this.#log?.warn(
-      { dependency, reason: error instanceof Error ? error.message : undefined },
-      `${dependency} unavailable: answering 503 where it is needed`,
-    );
+    state.reason = error instanceof Error ? error.message : undefined;
+    this.#warnStarted(dependency, state.reason);
     state.timer = setInterval(() => void this.#probe(dependency), PROBE_INTERVAL_MS);
     state.timer.unref();
   }
@@ -98,6 +102,10 @@ export class DependencyMonitor {
 
   close(): void {
     for (const state of this.#states.values()) clearInterval(state.timer);
+  }
+
+  #warnStarted(dependency: Dependency, reason: string | undefined): void {
+    this.#log?.warn({ dependency, reason }, `${dependency} unavailable: answering 503 where it is needed`);
   }
 
   async #probe(dependency: Dependency): Promise<boolean> {

@@ -1,4 +1,3 @@
-import { once } from "node:events";
 import { Redis } from "ioredis";
 import { AdjustableClock, type Clock, systemClock } from "./clock.js";
 import type { PlatformConfig } from "./config.js";
@@ -103,7 +102,18 @@ export function createPlatformParts(config: PlatformConfig, options: PlatformPar
     },
     async redisReady(timeoutMs = 2_000) {
       if (redis === undefined || redis.status === "ready") return;
-      await Promise.race([once(redis, "ready"), new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
+      // Not events.once: it rejects on the first "error", and a refused connection is one. Redis
+      // still down at start (a whole stack restarting) is an outage like any other, not a crash.
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          redis.off("ready", done);
+          resolve();
+        };
+        const timer = setTimeout(done, timeoutMs);
+        timer.unref();
+        redis.once("ready", done);
+      });
     },
     async close() {
       dependencies.close();

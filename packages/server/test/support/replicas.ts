@@ -136,8 +136,11 @@ export class Replica {
     if (this.#log.length > 4 * LOG_TAIL_CHARS) this.#log = this.#log.slice(-2 * LOG_TAIL_CHARS);
   }
 
-  /** Spawns the process and resolves once `/readyz` answers 200. */
-  async start(): Promise<void> {
+  /**
+   * Spawns the process and resolves once `/readyz` answers 200, or with `until: "/healthz"` once
+   * it serves at all (a process started while a dependency it needs is down is not ready).
+   */
+  async start({ until = "/readyz" }: { until?: "/readyz" | "/healthz" } = {}): Promise<void> {
     if (this.running) throw new Error(`${this.name} is already running`);
     this.#append(`--- ${this.name}: starting on port ${this.port}\n`);
     const child = spawn(
@@ -164,7 +167,7 @@ export class Replica {
     for (;;) {
       if (ended) throw new Error(`${this.name} ended before it was ready:\n${this.log()}`);
       try {
-        const ready = await freshGet(`${this.url}/readyz`);
+        const ready = await freshGet(`${this.url}${until}`);
         if (ready.status === 200) return;
       } catch {
         // Not listening yet.
