@@ -9,9 +9,13 @@
  *   agent; a bad tag, key, time, redirect or size is refused with a challenge.
  * - OUR agent (the @proto/agent SDK) linked at OUR attestor, whose person published its key on
  *   `/account`: the attestor, behind a TLS front (`trust.test`) as in production, lists it in its
- *   key directory. The exact requests the SDK sends are recorded; `web-bot-auth` verifies the
- *   single-signature ones against that directory, and the notes service, in the same run, lets them
- *   act for the agent's account (the SDK adds the Proto-Attestation the `attested_only` service needs).
+ *   key directory. The exact requests the SDK sends are recorded: in the working group's dictionary
+ *   form (the default) `http-message-signatures` verifies them (`web-bot-auth` 0.1.3 cannot resolve
+ *   a member's `key`), in the older string form `web-bot-auth` does; the notes service, in the same
+ *   run, lets them act for the agent's account (the SDK adds the Proto-Attestation it needs).
+ * - Every `Signature-Agent` form at the kit (typed -00 members signed by `http-message-signatures`),
+ *   the tagged signature chosen among two, and the budget of new key directories per client address
+ *   (requests sent from distinct loopback addresses), with Retry-After on its refusals.
  * - Two signatures (proto `sig1` + Web Bot Auth `sig2`): the service uses `sig1`; `web-bot-auth`
  *   0.1.3 refuses any request with more than one signature (measured below); `http-message-signatures`
  *   verifies `sig2` on its own.
@@ -22,6 +26,7 @@
  */
 import assert from "node:assert/strict";
 import {
+  createPrivateKey,
   createPublicKey,
   generateKeyPairSync,
   type JsonWebKey,
@@ -30,13 +35,13 @@ import {
 } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { request as httpRequest } from "node:http";
-import { createServer as createHttpsServer } from "node:https";
+import { createServer as createHttpsServer, request as httpsRequest } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Agent, type ServiceClient } from "@proto/agent";
-import { findProtoChallenge, parseResolveOverrides } from "@proto/protocol";
+import { findProtoChallenge, parseResolveOverrides, signWebBotAuth } from "@proto/protocol";
 import {
   createTestCA,
   createTestDatabase,
@@ -49,7 +54,7 @@ import {
   type TestFetch,
   testFetch,
 } from "@proto/testkit";
-import { createVerifier, httpbis, type VerifyingKey } from "http-message-signatures";
+import { createSigner, createVerifier, httpbis, type VerifyingKey } from "http-message-signatures";
 import {
   HTTP_MESSAGE_SIGNATURES_DIRECTORY,
   MediaType,
@@ -170,6 +175,62 @@ async function verifyWithPackage(request: WireRequest, directory: () => Promise<
     },
   );
   return verifiedKeyid;
+}
+
+/**
+ * Signs with dhensby's `http-message-signatures`, which resolves a `key` parameter (RFC 9421
+ * §2.1.2), so it can cover one `Signature-Agent` member as the working group's draft asks. Signing
+ * a request that already carries a signature adds a second one.
+ */
+async function signWithDhensby(
+  request: WireRequest,
+  key: OperatorKey,
+  options: { name: string; fields: string[]; tag?: string },
+): Promise<WireRequest> {
+  const created = new Date();
+  const signed = await httpbis.signMessage(
+    {
+      key: createSigner(
+        createPrivateKey({ key: key.privateJwk as JsonWebKeyInput["key"], format: "jwk" }),
+        "ed25519",
+        key.keyid,
+      ),
+      name: options.name,
+      fields: options.fields,
+      params: ["created", "expires", "keyid", "alg", "tag"],
+      paramValues: {
+        created,
+        expires: new Date(created.getTime() + 60_000),
+        tag: options.tag ?? "web-bot-auth",
+      },
+    },
+    { method: request.method, url: request.url, headers: { ...request.headers } },
+  );
+  // It names the headers it adds `Signature` and `Signature-Input`; a wire request's are lower-case.
+  const headers = Object.fromEntries(
+    Object.entries(signed.headers as Record<string, string>).map(([name, value]) => [name.toLowerCase(), value]),
+  );
+  return { ...request, headers };
+}
+
+/** dhensby's `verifyMessage`, with the key found by `keyid` in a directory, for the web-bot-auth-tagged signature. */
+async function verifyWithDhensby(request: WireRequest, directory: () => Promise<JsonWebKey[]>): Promise<boolean> {
+  const keys = await directory();
+  const verified = await httpbis.verifyMessage(
+    {
+      keyLookup: async (params): Promise<VerifyingKey | null> => {
+        const jwk = keys.find((entry) => (entry as { kid?: string }).kid === params.keyid);
+        if (params.tag !== "web-bot-auth" || jwk === undefined) return null;
+        return {
+          id: String(params.keyid),
+          algs: ["ed25519"],
+          verify: createVerifier(createPublicKey({ key: jwk as JsonWebKeyInput["key"], format: "jwk" }), "ed25519"),
+        };
+      },
+    },
+    { method: request.method, url: request.url, headers: request.headers },
+  );
+  return verified === true;
 }
 
 /** The error envelope of a refusal: status, code, a message; JSON with `error` only. */
@@ -424,6 +485,162 @@ for (const engine of ENGINES) {
       });
     });
 
+    describe("Signature-Agent forms and the budget of new key directories", () => {
+      /** Sends from a loopback address of its own: the kit charges new directories per client address. */
+      function sendFrom(localAddress: string, request: WireRequest): Promise<Answer> {
+        const url = new URL(request.url);
+        return new Promise((resolve, reject) => {
+          const outgoing = httpsRequest(
+            {
+              host: "127.0.0.1",
+              port: Number(url.port),
+              path: `${url.pathname}${url.search}`,
+              method: request.method,
+              servername: url.hostname,
+              ca: ca.certPem,
+              localAddress,
+              headers: { host: url.host, ...request.headers },
+            },
+            (incoming) => {
+              const chunks: Buffer[] = [];
+              incoming.on("data", (chunk: Buffer) => chunks.push(chunk));
+              incoming.on("end", () => {
+                const headers = new Headers();
+                for (const [name, value] of Object.entries(incoming.headers)) {
+                  if (typeof value === "string") headers.set(name, value);
+                  else if (Array.isArray(value)) for (const item of value) headers.append(name, item);
+                }
+                const text = Buffer.concat(chunks).toString("utf8");
+                let json: unknown;
+                try {
+                  json = text.length > 0 ? JSON.parse(text) : undefined;
+                } catch {
+                  json = undefined;
+                }
+                resolve({ status: incoming.statusCode ?? 0, headers, text, json });
+              });
+            },
+          );
+          outgoing.on("error", reject);
+          outgoing.end(request.body);
+        });
+      }
+
+      /** A directory of the operator's key on a path of its own, so that the service has not cached it. */
+      function freshDirectory(name: string): string {
+        const path = `/${name}-${engine.engine}${HTTP_MESSAGE_SIGNATURES_DIRECTORY}`;
+        agents.route(path, {
+          headers: { "content-type": DIRECTORY_MEDIA_TYPE },
+          body: JSON.stringify({ keys: [operator.directoryJwk] }),
+        });
+        return `${agents.origin()}${path}`;
+      }
+
+      const fetchesOf = (prefix: string) => agents.requests.filter((r) => r.path.startsWith(prefix)).length;
+
+      test("one client's junk Signature-Agent URLs use up its own share: after 10 it is 429 with Retry-After, and a genuine agent at another address whose directory is not cached is served", async () => {
+        // The service's clock at the start of a minute, so that the whole flood falls in one window.
+        clockOffsetMs = 60_000 - (Date.now() % 60_000) + 500;
+        try {
+          const junkKey = generateKeyPairSync("ed25519").privateKey;
+          const prefix = `/junk-${engine.engine}/`;
+          const answers: Answer[] = [];
+          for (let i = 0; i < 61; i += 1) {
+            const signed = signWebBotAuth(
+              { method: "GET", url: `${notesUrl}/whoami` },
+              {
+                privateKey: junkKey,
+                signatureAgent: `${agents.origin()}${prefix}${i}`,
+                signatureAgentForm: "string",
+                now: () => Date.now() + clockOffsetMs,
+              },
+            );
+            answers.push(
+              await sendFrom("127.0.0.3", { method: "GET", url: `${notesUrl}/whoami`, headers: signed.headers }),
+            );
+          }
+          // Its first ten directories were fetched (and are not directories); then it was told to wait.
+          for (const answer of answers.slice(0, 10)) assertRefused(answer, "invalid_signature", /key directory/);
+          for (const answer of answers.slice(10)) {
+            assertEnvelope(answer, 429, "rate_limit_exceeded");
+            const retryAfter = Number(answer.headers.get("retry-after"));
+            assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60, `Retry-After ${retryAfter}`);
+          }
+          assert.equal(fetchesOf(prefix), 10, "only the client's share was fetched");
+
+          const genuine = await signWithPackage(operatorRequest("/whoami", `"${freshDirectory("genuine")}"`), operator);
+          const answer = await sendFrom("127.0.0.2", genuine);
+          assert.equal(answer.status, 200, answer.text);
+          assert.equal(answer.json.caller, "signed_agent");
+          assert.equal(answer.json.thumbprint, operator.keyid);
+        } finally {
+          clockOffsetMs = 0;
+        }
+      });
+
+      test("a signature that could never verify costs no fetch: a keyid that is no thumbprint, a signature that is not Ed25519", async () => {
+        const directory = freshDirectory("never-fetched");
+        const signed = await signWithPackage(operatorRequest("/whoami", `"${directory}"`), operator);
+        const input = signed.headers["signature-input"] ?? "";
+        const junkKeyid = { ...signed.headers, "signature-input": input.replace(/keyid="[^"]+"/, 'keyid="junk"') };
+        assertRefused(await sendFrom("127.0.0.4", { ...signed, headers: junkKeyid }), "invalid_signature", /keyid/);
+        const label = input.slice(0, input.indexOf("="));
+        const short = { ...signed.headers, signature: `${label}=:AAAA:` };
+        assertRefused(await sendFrom("127.0.0.4", { ...signed, headers: short }), "invalid_signature", /Ed25519/);
+        assert.equal(fetchesOf(new URL(directory).pathname), 0, "the directory was never fetched");
+      });
+
+      test("the working group's dictionary (-00), each signature covering its own member: an origin (untyped or type=directory) and a JWK Set (type=jwks_uri), signed by http-message-signatures", async () => {
+        const jwksUrl = freshDirectory("typed").replace(HTTP_MESSAGE_SIGNATURES_DIRECTORY, "/keys.json");
+        agents.route(new URL(jwksUrl).pathname, {
+          headers: { "content-type": "application/jwk-set+json" },
+          body: JSON.stringify({ keys: [operator.directoryJwk] }),
+        });
+        for (const member of [
+          `"${agents.origin()}"`,
+          `"${agents.origin()}";type=directory`,
+          `"${jwksUrl}";type=jwks_uri`,
+        ]) {
+          const request = await signWithDhensby(operatorRequest("/whoami", `sig1=${member}`), operator, {
+            name: "sig1",
+            fields: ["@authority", 'signature-agent;key="sig1"'],
+          });
+          assert.match(request.headers["signature-input"] ?? "", /^sig1=\("@authority" "signature-agent";key="sig1"\)/);
+          const answer = await send(request);
+          assert.equal(answer.status, 200, `${member}: ${answer.text}`);
+          assert.equal(answer.json.caller, "signed_agent");
+          assert.equal(answer.json.thumbprint, operator.keyid);
+        }
+        // A type this kit does not resolve (a signature agent card) is refused, not fetched.
+        const card = await signWithDhensby(
+          operatorRequest("/whoami", `sig1="${agents.origin()}/card.json";type=cimd`),
+          operator,
+          { name: "sig1", fields: ["@authority", 'signature-agent;key="sig1"'] },
+        );
+        assertRefused(await send(card), "invalid_signature", /type must be directory or jwks_uri/);
+      });
+
+      test("two signatures, the first tagged otherwise: the service verifies the one tagged web-bot-auth", async () => {
+        const stranger = await operatorKey();
+        const directory = freshDirectory("second-signature");
+        const first = await signWithDhensby(
+          operatorRequest("/whoami", `a="https://elsewhere.test", b="${directory}"`),
+          stranger,
+          { name: "a", fields: ["@authority", 'signature-agent;key="a"'], tag: "other-profile" },
+        );
+        const both = await signWithDhensby(first, operator, {
+          name: "b",
+          fields: ["@authority", 'signature-agent;key="b"'],
+        });
+        assert.match(both.headers["signature-input"] ?? "", /^a=.*tag="other-profile", b=.*tag="web-bot-auth"$/);
+        const answer = await send(both);
+        assert.equal(answer.status, 200, answer.text);
+        assert.equal(answer.json.caller, "signed_agent");
+        assert.equal(answer.json.thumbprint, operator.keyid);
+        assert.equal(answer.json.signature_agent, directory);
+      });
+    });
+
     describe("OUR agent, its key published by OUR attestor", () => {
       let agent: Agent;
       let signatureAgent: string;
@@ -499,7 +716,7 @@ for (const engine of ENGINES) {
         assert.equal(listed[0]?.x, agent.identity.publicKeyB64);
       });
 
-      describe("mode single: one signature tagged web-bot-auth", () => {
+      describe("mode single: one signature tagged web-bot-auth, Signature-Agent in the working group's dictionary form (the default)", () => {
         let client: ServiceClient;
 
         before(async () => {
@@ -507,14 +724,18 @@ for (const engine of ENGINES) {
           sent.length = 0;
         });
 
-        test("GET /whoami: web-bot-auth verifies it against the attestor's directory; the service answers caller account", async () => {
+        test("GET /whoami: the attestor's origin as member sig1, covered alone; http-message-signatures verifies it, web-bot-auth 0.1.3 cannot (no key parameter); the service answers caller account", async () => {
           const answer = await read(await client.fetch("/whoami"));
           const request = lastSent("GET", "/whoami");
-          assert.match(request.headers["signature-input"] ?? "", /^sig1=\([^)]*\);[^,]*tag="web-bot-auth"$/);
+          assert.match(
+            request.headers["signature-input"] ?? "",
+            /^sig1=\([^)]* "signature-agent";key="sig1"[^)]*\);[^,]*tag="web-bot-auth"$/,
+          );
           assert.ok(request.headers["proto-attestation"], "the SDK attested (attested_only)");
-          assert.equal(request.headers["signature-agent"], `sig1="${signatureAgent}"`);
-          const keyid = await verifyWithPackage(request, attestorDirectory);
-          assert.match(keyid, /^[A-Za-z0-9_-]{43}$/);
+          assert.equal(request.headers["signature-agent"], `sig1="${trustUrl}"`);
+          assert.equal(await verifyWithDhensby(request, attestorDirectory), true);
+          // Measured: 0.1.3 recomputes the whole field where the member's value was signed.
+          await assert.rejects(verifyWithPackage(request, attestorDirectory), /invalid signature/);
 
           assert.equal(answer.status, 200, answer.text);
           assert.equal(answer.json.caller, "account");
@@ -523,7 +744,7 @@ for (const engine of ENGINES) {
           assert.deepEqual(answer.json.web_bot_auth, { signer_origin: trustUrl });
         });
 
-        test("POST /notes creates a note; web-bot-auth verifies the same request (content-digest covered)", async () => {
+        test("POST /notes creates a note; http-message-signatures verifies the same request (content-digest covered)", async () => {
           const answer = await read(
             await client.fetch("/notes", {
               method: "POST",
@@ -533,7 +754,7 @@ for (const engine of ENGINES) {
           );
           const request = lastSent("POST", "/notes");
           assert.match(request.headers["signature-input"] ?? "", /"content-digest"/);
-          await verifyWithPackage(request, attestorDirectory);
+          assert.equal(await verifyWithDhensby(request, attestorDirectory), true);
           assert.equal(answer.status, 201, answer.text);
           assert.equal(answer.json.note.text, "signed by web bot auth");
 
@@ -544,6 +765,23 @@ for (const engine of ENGINES) {
             ["signed by web bot auth"],
           );
           sent.length = 0;
+        });
+      });
+
+      describe("mode single with the older string form (signatureAgentForm: string)", () => {
+        test("GET /whoami: the directory URL as a bare string, the field covered whole; web-bot-auth 0.1.3 verifies it and the service answers caller account", async () => {
+          const client = await agent.service(notesUrl, {
+            webBotAuth: { signatureAgent, mode: "single", signatureAgentForm: "string" },
+          });
+          sent.length = 0;
+          const answer = await read(await client.fetch("/whoami"));
+          const request = lastSent("GET", "/whoami");
+          assert.equal(request.headers["signature-agent"], `"${signatureAgent}"`);
+          assert.match(request.headers["signature-input"] ?? "", /^sig1=\([^)]* "signature-agent"[ )]/);
+          assert.match(await verifyWithPackage(request, attestorDirectory), /^[A-Za-z0-9_-]{43}$/);
+          assert.equal(answer.status, 200, answer.text);
+          assert.equal(answer.json.caller, "account");
+          assert.equal(answer.json.agent_did, agent.did);
         });
       });
 

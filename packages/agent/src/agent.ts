@@ -2,7 +2,7 @@
  * The SDK's entry point: an agent home (key, configuration, caches) and the clients built on it,
  * with URLs resolved the way the CLI resolves them.
  */
-import { KEY_DIRECTORY_PATH } from "@proto/protocol";
+import { KEY_DIRECTORY_PATH, type SignatureAgentForm } from "@proto/protocol";
 import { AttestorClient } from "./attestor.js";
 import { Attestors } from "./attestors.js";
 import { DirectoryClient } from "./directory.js";
@@ -134,12 +134,14 @@ export class Agent {
   /**
    * Web Bot Auth signing in effect: `mode` (else `PROTO_WEB_BOT_AUTH`: `both`, `single` or `off`,
    * default off), naming `signatureAgent` (else `PROTO_SIGNATURE_AGENT`, else the key directory of
-   * the attestor in effect, where the person publishes the agent's key from `/account`).
+   * the attestor in effect, where the person publishes the agent's key from `/account`), in the
+   * `Signature-Agent` form given (default the working group's dictionary).
    */
   webBotAuth(
     mode?: WebBotAuthMode | "off",
     explicitAttestor?: string,
     signatureAgent?: string,
+    form?: SignatureAgentForm,
   ): WebBotAuthSigning | undefined {
     const env = this.#options.env ?? process.env;
     const chosen = mode ?? nonEmpty(env.PROTO_WEB_BOT_AUTH) ?? "off";
@@ -158,7 +160,7 @@ export class Agent {
           `the Signature-Agent must be an https URL, got ${JSON.stringify(agentUrl)}`,
         );
       }
-      return { signatureAgent: agentUrl, mode: chosen };
+      return { signatureAgent: agentUrl, mode: chosen, ...(form === undefined ? {} : { signatureAgentForm: form }) };
     }
     const attestor = this.attestorUrl(explicitAttestor);
     if (attestor === undefined) {
@@ -173,7 +175,11 @@ export class Agent {
         `Web Bot Auth verifiers fetch key directories over https only, and the attestor is ${attestor}: give --signature-agent`,
       );
     }
-    return { signatureAgent: `${attestor}${KEY_DIRECTORY_PATH}`, mode: chosen };
+    return {
+      signatureAgent: `${attestor}${KEY_DIRECTORY_PATH}`,
+      mode: chosen,
+      ...(form === undefined ? {} : { signatureAgentForm: form }),
+    };
   }
 
   /**

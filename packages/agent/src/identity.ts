@@ -5,6 +5,7 @@ import {
   encodeDidKey,
   privateKeyFromSeed,
   rawPublicKey,
+  type SignatureAgentForm,
   type SignedRequest,
   type SignOptions,
   seedOfPrivateKey,
@@ -29,6 +30,12 @@ export interface WebBotAuthSigning {
   /** The key directory the agent's key is published at (its attestor's, when the person opted in). */
   signatureAgent: string;
   mode: WebBotAuthMode;
+  /**
+   * How `Signature-Agent` is sent: `dictionary` (default), the working group's form, each signature
+   * covering its own member; `string`, the older bare string covered whole, which deployed
+   * verifiers still read.
+   */
+  signatureAgentForm?: SignatureAgentForm;
 }
 
 /** What `proto keys export` prints: the DID and the public key in three spellings. */
@@ -104,12 +111,16 @@ export class AgentIdentity {
         ...options,
         privateKey: this.privateKey,
         signatureAgent: signing.signatureAgent,
+        ...(signing.signatureAgentForm === undefined ? {} : { signatureAgentForm: signing.signatureAgentForm }),
       }).headers;
     }
     return signProtoAndWebBotAuth(
       request,
       { ...options, keyid: this.did, privateKey: this.privateKey },
-      { signatureAgent: signing.signatureAgent },
+      {
+        signatureAgent: signing.signatureAgent,
+        ...(signing.signatureAgentForm === undefined ? {} : { signatureAgentForm: signing.signatureAgentForm }),
+      },
     );
   }
 

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { createServer as createHttpsServer, type Server } from "node:https";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
-import { createKit, createService, type InvitationEvent, type Kit, protoServerOptions } from "@proto/kit";
+import { agentRoute, createKit, createService, type InvitationEvent, type Kit, protoServerOptions } from "@proto/kit";
 import { createTestCA, type TestCA, type TestFetch, testFetch } from "@proto/testkit";
 import Fastify, { type FastifyInstance } from "fastify";
 import { AgentIdentity, getAccount, inviteOwner, ServerError, ServiceClient, signUp } from "../src/index.js";
@@ -56,6 +56,12 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
     });
     app = Fastify({ ...protoServerOptions(), https: { key: keyPem, cert: certPem } });
     await app.register(createService(kit));
+    // What a signed agent sent, as the kit verified it.
+    app.get("/wba-echo", agentRoute(kit, { optional: true, signedAgents: "allow" }), async (request) => ({
+      signature_agent: request.headers["signature-agent"],
+      signature_input: request.headers["signature-input"],
+      signed_agent: request.signedAgent,
+    }));
     await app.listen({ port, host: "127.0.0.1" });
     fetch = testFetch(ca);
   });
@@ -207,7 +213,7 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
     }
   });
 
-  test("CLI: `proto call --web-bot-auth` sends both signatures; `--web-bot-auth-only` is a signed agent to the kit's own endpoints", async () => {
+  test("CLI: `proto call --web-bot-auth` sends both signatures; `--web-bot-auth-only` is a signed agent to the kit's own endpoints; Signature-Agent is the working group's dictionary, the older string with --signature-agent-string", async () => {
     const home = tempHome();
     const options = { home, caFile };
     assert.equal((await runCli(["init"], options)).code, 0);
@@ -228,6 +234,34 @@ describe("the agent's account at a kit service", { timeout: 60_000 }, () => {
     assert.equal(single.code, 4, single.stderr);
     assert.match(single.stdout, /^HTTP 403/);
     assert.match(single.stderr, /^proto: kit_signature_required: A Web Bot Auth signature identifies the agent/m);
+
+    // The working group's dictionary by default: the directory's origin as this signature's member,
+    // which alone it covers; the older bare string, covered whole, with --signature-agent-string.
+    const echo = `${origin}/wba-echo`;
+    const directoryOrigin = new URL(directoryUrl).origin;
+    const dictionary = jsonOf(
+      await runCli(["call", "--web-bot-auth-only", "--signature-agent", directoryUrl, echo, "--json"], options),
+    );
+    assert.equal(dictionary.status, 200, JSON.stringify(dictionary));
+    assert.equal(dictionary.body.signature_agent, `sig1="${directoryOrigin}"`);
+    assert.match(dictionary.body.signature_input, /^sig1=\([^)]* "signature-agent";key="sig1"[^)]*\);/);
+    assert.equal(dictionary.body.signed_agent.did, exported.did);
+    assert.equal(dictionary.body.signed_agent.signatureAgent, directoryOrigin);
+    const legacy = jsonOf(
+      await runCli(
+        ["call", "--web-bot-auth-only", "--signature-agent", directoryUrl, "--signature-agent-string", echo, "--json"],
+        options,
+      ),
+    );
+    assert.equal(legacy.status, 200, JSON.stringify(legacy));
+    assert.equal(legacy.body.signature_agent, `"${directoryUrl}"`);
+    assert.match(legacy.body.signature_input, /^sig1=\([^)]* "signature-agent"[ )]/);
+    assert.equal(legacy.body.signed_agent.signatureAgent, directoryUrl);
+    assert.deepEqual(legacy.web_bot_auth, {
+      signatureAgent: directoryUrl,
+      mode: "single",
+      signatureAgentForm: "string",
+    });
 
     const wrong = await runCli(["call", me, "--web-bot-auth", "--web-bot-auth-only"], options);
     assert.equal(wrong.code, 2);

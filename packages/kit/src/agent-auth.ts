@@ -161,7 +161,7 @@ export class AgentAuthenticator {
     if (webBotAuth === undefined || profiles.proto || !profiles.webBotAuth) {
       return { signature: await this.#deps.verifier.verify(raw), signedAgent: undefined };
     }
-    const agent = await webBotAuth.verify(raw);
+    const agent = await webBotAuth.verify(raw, { client: request.clientAddress });
     if (!request.headers.has(ATTESTATION_HEADER)) throw new SignedAgentChallenge(agent, request.body !== undefined);
     if (!agent.bindsRequest) {
       throw protoError("invalid_signature", {

@@ -125,6 +125,10 @@ export const KIT_SPECIFIC_ERRORS = {
       "A Web Bot Auth signature identifies the agent, but this route acts for an account: sign with the proto profile (keyid a did:key), or send a Proto-Attestation with a Web Bot Auth signature that covers @method, @target-uri and content-digest and carries a nonce",
   },
   kit_signed_agent_refused: { status: 403, message: "This route does not serve signed agents" },
+  kit_key_directories_busy: {
+    status: 503,
+    message: "This service fetched as many new Web Bot Auth key directories as it may this minute; try again shortly",
+  },
   kit_token_required: {
     status: 401,
     message: "This resource needs an OAuth access token: Authorization: Bearer <token>",

@@ -118,6 +118,8 @@ export async function toKitRequest(kit: Kit, req: Request): Promise<KitRequest> 
     target,
     headers: headersOf(req),
     body: await exactBody(req, kit.maxBodyBytes),
+    // Express's `ip` honours its `trust proxy` setting.
+    clientAddress: req.ip,
   };
 }
 

@@ -69,6 +69,8 @@ export function toKitRequest(kit: Kit, request: FastifyRequest): KitRequest {
     target: request.raw.url ?? request.url,
     headers: toHeaders(request.headers as Record<string, string | string[] | undefined>),
     body: body === undefined || body.length === 0 ? undefined : body,
+    // Fastify's `ip` honours its `trustProxy` setting.
+    clientAddress: request.ip,
   };
 }
 

@@ -58,7 +58,17 @@ export async function toKitRequest(kit: Kit, c: Context): Promise<KitRequest> {
   const request = await fromFetchRequest(c.req.raw.clone(), kit.origin, kit.maxBodyBytes);
   const raw = rawRequestTarget(c);
   if (raw !== undefined) request.target = raw;
+  request.clientAddress = peerAddress(c);
   return request;
+}
+
+/**
+ * The peer's address when the runtime is `@hono/node-server` (its socket). Hono has no trusted-proxy
+ * setting, so behind a proxy every client is the proxy: pass the address yourself to `kit.handle`.
+ */
+function peerAddress(c: Context): string | undefined {
+  const socket = (c.env as { incoming?: { socket?: { remoteAddress?: unknown } } } | undefined)?.incoming?.socket;
+  return typeof socket?.remoteAddress === "string" ? socket.remoteAddress : undefined;
 }
 
 /**
@@ -109,7 +119,7 @@ export const requireAgent = agentRoute;
  */
 export function createService(kit: Kit): MiddlewareHandler {
   return async function protoService(c, next) {
-    const answer = await kit.handle(c.req.raw, { target: rawRequestTarget(c) });
+    const answer = await kit.handle(c.req.raw, { target: rawRequestTarget(c), clientAddress: peerAddress(c) });
     if (answer === undefined) return next();
     return answer;
   };

@@ -13,6 +13,11 @@ export interface KitRequest {
   target: string;
   headers: Headers;
   body: Uint8Array | undefined;
+  /**
+   * The client's address as the framework reports it (after its trusted proxies), when known:
+   * what new Web Bot Auth key directories are charged to.
+   */
+  clientAddress?: string | undefined;
 }
 
 /** A response of the kit's core; adapters turn it into a Fetch `Response` or a framework reply. */

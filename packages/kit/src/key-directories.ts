@@ -2,7 +2,8 @@
  * Where the kit finds a Web Bot Auth caller's key by default: the key directory its
  * `Signature-Agent` names, fetched through the SSRF-safe fetch and cached (`KeyDirectoryClient`).
  * Each first look-up of a directory is an outbound request a stranger chose, so new directories
- * are admitted at a bounded rate; known ones are served from the client's cache.
+ * are admitted at a bounded rate, per client and for the process (`DirectoryBudget`); known ones are
+ * served from the client's cache. The verifier checks a signature's structure before it gets here.
  */
 import {
   createSafeFetcher,
@@ -13,14 +14,17 @@ import {
   type SafeFetchConfig,
   type SignatureAgentKeys,
 } from "@proto/protocol";
+import { DirectoryBudget } from "./directory-budget.js";
 
 export interface KeyDirectorySourceOptions {
   /** The fetch's settings: `allowPrivate` and `resolve` for development and tests, extra `ca`s. */
   fetch?: Partial<SafeFetchConfig>;
   /** Cache and size bounds of the directory client. */
   directory?: Omit<KeyDirectoryOptions, "fetcher" | "now">;
-  /** Directories never seen before that may be fetched per minute (default 60). */
+  /** Directories never seen before that may be fetched per minute, whoever asks (default 60). */
   newDirectoriesPerMinute?: number;
+  /** Of those, how many one client may make the kit fetch per minute (default 10). */
+  newDirectoriesPerClientPerMinute?: number;
   now: () => number;
 }
 
@@ -42,31 +46,25 @@ export function keyDirectorySource(options: KeyDirectorySourceOptions): Signatur
     ...options.fetch,
   });
   const client = new KeyDirectoryClient({ ...DIRECTORY_DEFAULTS, ...options.directory, fetcher, now: options.now });
-  const budget = options.newDirectoriesPerMinute ?? 60;
+  const budget = new DirectoryBudget({
+    now: options.now,
+    ...(options.newDirectoriesPerMinute === undefined ? {} : { perMinute: options.newDirectoriesPerMinute }),
+    ...(options.newDirectoriesPerClientPerMinute === undefined
+      ? {}
+      : { perClientPerMinute: options.newDirectoriesPerClientPerMinute }),
+  });
   const known = new Map<string, true>();
-  let minute = -1;
-  let admitted = 0;
 
-  function admit(url: string): void {
+  function admit(url: string, client: string | undefined): void {
     if (known.has(url)) return;
-    const current = Math.floor(options.now() / 60_000);
-    if (current !== minute) {
-      minute = current;
-      admitted = 0;
-    }
-    if (admitted >= budget) {
-      throw new KeyDirectoryError("unreachable", "too many new key directories this minute; try again shortly", {
-        retryAfterSeconds: 60,
-      });
-    }
-    admitted += 1;
+    budget.charge(client);
     known.set(url, true);
     // Oldest first: a Map keeps insertion order.
     if (known.size > KNOWN_DIRECTORIES) known.delete(known.keys().next().value as string);
   }
 
   return {
-    async lookup(signatureAgent, thumbprint) {
+    async lookup(signatureAgent, thumbprint, context) {
       let url: string;
       try {
         url = directoryUrlFor(signatureAgent);
@@ -74,7 +72,7 @@ export function keyDirectorySource(options: KeyDirectorySourceOptions): Signatur
         if (error instanceof KeyDirectoryError) throw error;
         throw new KeyDirectoryError("malformed", "the Signature-Agent is not a usable https URL");
       }
-      admit(url);
+      admit(url, context?.client);
       return client.lookup(url, thumbprint);
     },
   };

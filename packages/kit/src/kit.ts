@@ -164,6 +164,16 @@ export interface KitWebBotAuthOptions {
   directory?: Omit<KeyDirectoryOptions, "fetcher" | "now">;
   /** Longest `expires - created` of a signed agent's signature (default one day, the draft's bound). */
   maxValiditySeconds?: number;
+  /**
+   * Key directories never seen before that the default source fetches per minute, whoever asks
+   * (default 60); beyond it, 503 `kit_key_directories_busy` with `Retry-After`.
+   */
+  newDirectoriesPerMinute?: number;
+  /**
+   * Of those, how many one client (its address, an IPv6 client its /64) may cause per minute
+   * (default 10); beyond it, 429 `rate_limit_exceeded` with `Retry-After`.
+   */
+  newDirectoriesPerClientPerMinute?: number;
 }
 
 export interface AuthenticateOptions {
@@ -171,6 +181,8 @@ export interface AuthenticateOptions {
   route?: string;
   /** The absolute URL the client signed, when the request's own URL is not on the public origin. */
   url?: string;
+  /** The client's address (after your trusted proxies); see `HandleOptions.clientAddress`. */
+  clientAddress?: string;
 }
 
 export interface HandleOptions {
@@ -179,6 +191,11 @@ export interface HandleOptions {
    * only the serialised URL, which rewrites `'` in a query, say). It must name the request's own URL.
    */
   target?: string;
+  /**
+   * The client's address (after your trusted proxies): what new Web Bot Auth key directories are
+   * charged to. Without it they count against the process's bound only.
+   */
+  clientAddress?: string;
 }
 
 export interface KitRoute {
@@ -465,6 +482,7 @@ export class Kit {
         body: body === undefined || body === null ? undefined : typeof body === "string" ? Buffer.from(body) : body,
       };
     }
+    if (options.clientAddress !== undefined) kitRequest.clientAddress = options.clientAddress;
     return this.authenticateRequest(kitRequest, options.route ?? `${kitRequest.method} ${kitRequest.url.pathname}`);
   }
 
@@ -559,6 +577,7 @@ export class Kit {
       return toFetchResponse(route.refuse(error, request));
     }
     if (options.target !== undefined) kitRequest.target = options.target;
+    if (options.clientAddress !== undefined) kitRequest.clientAddress = options.clientAddress;
     return toFetchResponse(await this.dispatch(kitRequest));
   }
 
@@ -611,6 +630,12 @@ export class Kit {
         now: this.#now,
         ...(options?.fetch === undefined ? {} : { fetch: options.fetch }),
         ...(options?.directory === undefined ? {} : { directory: options.directory }),
+        ...(options?.newDirectoriesPerMinute === undefined
+          ? {}
+          : { newDirectoriesPerMinute: options.newDirectoriesPerMinute }),
+        ...(options?.newDirectoriesPerClientPerMinute === undefined
+          ? {}
+          : { newDirectoriesPerClientPerMinute: options.newDirectoriesPerClientPerMinute }),
       });
     return createWebBotAuthVerifier({
       keys,

@@ -102,9 +102,10 @@ describe("kit: Web Bot Auth callers", { timeout: 60_000 }, () => {
     const open = await send("GET", "/open", agent);
     assert.equal(open.status, 200);
     assert.equal(open.json.account, null);
+    // Signed in the working group's form: the directory's origin as the member, looked up at its well-known path.
     assert.deepEqual(open.json.signed_agent, {
       signerOrigin: "https://agents.example",
-      signatureAgent: DIRECTORY,
+      signatureAgent: "https://agents.example",
       thumbprint,
       did: agent.did,
     });

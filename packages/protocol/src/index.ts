@@ -156,9 +156,10 @@ export {
   KeyDirectoryClient,
   KeyDirectoryError,
 } from "./web-bot-auth/key-directory.js";
-export type { WebBotAuthHeaders, WebBotAuthSignOptions } from "./web-bot-auth/sign.js";
+export type { SignatureAgentForm, WebBotAuthHeaders, WebBotAuthSignOptions } from "./web-bot-auth/sign.js";
 export { signProtoAndWebBotAuth, signWebBotAuth } from "./web-bot-auth/sign.js";
 export type {
+  KeyLookupContext,
   SignatureAgentKeys,
   VerifiedSignedAgent,
   WebBotAuthVerifier,

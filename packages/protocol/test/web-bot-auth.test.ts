@@ -8,7 +8,7 @@ import { createRequestVerifier } from "../src/http-signatures/verify.js";
 import { MemoryNonceStore } from "../src/nonce-store.js";
 import { jwkThumbprint } from "../src/web-bot-auth/directory-keys.js";
 import { signProtoAndWebBotAuth, signWebBotAuth } from "../src/web-bot-auth/sign.js";
-import { createWebBotAuthVerifier, signatureProfiles } from "../src/web-bot-auth/verify.js";
+import { createWebBotAuthVerifier, type SignatureAgentKeys, signatureProfiles } from "../src/web-bot-auth/verify.js";
 
 // RFC 9421 Appendix B.1.4 `test-key-ed25519`, which draft-ietf-webbotauth-httpsig-protocol-01 signs its vectors with.
 const TEST_KEY = createPrivateKey({
@@ -22,6 +22,8 @@ const TEST_KEY = createPrivateKey({
 });
 const TEST_THUMBPRINT = "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U";
 const AGENT_URL = "https://signature-agent.test";
+/** An origin in Signature-Agent names its well-known directory, which is what is looked up. */
+const AGENT_DIRECTORY = `${AGENT_URL}/.well-known/http-message-signatures-directory`;
 
 function keysOf(entries: Record<string, Record<string, KeyObject>>) {
   const lookups: string[] = [];
@@ -34,7 +36,10 @@ function keysOf(entries: Record<string, Record<string, KeyObject>>) {
   };
 }
 
-function verifierAt(seconds: number, keys = keysOf({ [AGENT_URL]: { [TEST_THUMBPRINT]: createPublicKey(TEST_KEY) } })) {
+function verifierAt(
+  seconds: number,
+  keys: SignatureAgentKeys = keysOf({ [AGENT_DIRECTORY]: { [TEST_THUMBPRINT]: createPublicKey(TEST_KEY) } }),
+) {
   return createWebBotAuthVerifier({
     keys,
     nonceStore: new MemoryNonceStore({ now: () => seconds * 1000 }),
@@ -68,7 +73,7 @@ describe("draft-ietf-webbotauth-httpsig-protocol-01 vectors", () => {
     };
     // Valid for a century: past the draft's recommended day, so the verifier must be told to allow it.
     const verifier = createWebBotAuthVerifier({
-      keys: keysOf({ [AGENT_URL]: { [TEST_THUMBPRINT]: createPublicKey(TEST_KEY) } }),
+      keys: keysOf({ [AGENT_DIRECTORY]: { [TEST_THUMBPRINT]: createPublicKey(TEST_KEY) } }),
       nonceStore: new MemoryNonceStore({ now: () => 1735689700_000 }),
       now: () => 1735689700_000,
       maxValiditySeconds: 4889289600 - 1735689600,
@@ -121,11 +126,15 @@ describe("signing and verifying our own", () => {
     body,
   });
 
-  for (const agentCoverage of ["field", "member"] as const) {
-    test(`a signature covering the ${agentCoverage} binds method, target and body`, async () => {
+  for (const variant of [
+    { agentCoverage: "member" },
+    { agentCoverage: "field" },
+    { signatureAgentForm: "string" },
+  ] as const) {
+    test(`a signature (${JSON.stringify(variant)}) binds method, target and body`, async () => {
       const signed = signWebBotAuth(
         { method: "post", url: "https://notes.test", target: "/notes?q=it's", body: '{"a":1}' },
-        { privateKey, signatureAgent: directory, created: NOW, agentCoverage },
+        { privateKey, signatureAgent: directory, created: NOW, ...variant },
       );
       assert.equal(signed.keyid, thumbprint);
       const agent = await verifierAt(NOW, keys()).verify(received(signed.headers, '{"a":1}'));
@@ -185,5 +194,126 @@ describe("signing and verifying our own", () => {
     const agent = await verifierAt(NOW, keys()).verify(request);
     assert.equal(agent.label, "sig2");
     assert.equal(agent.bindsRequest, true);
+  });
+
+  test("the working group's form by default: the origin as a dictionary member, the signature covering only it; the older string on request", () => {
+    const request = { method: "GET", url: "https://notes.test/notes" };
+    const dictionary = signWebBotAuth(request, { privateKey, signatureAgent: directory, created: NOW });
+    assert.equal(dictionary.headers["signature-agent"], 'sig1="https://trust.test"');
+    assert.match(dictionary.headers["signature-input"], /^sig1=\([^)]* "signature-agent";key="sig1"\);/);
+    const string = signWebBotAuth(request, {
+      privateKey,
+      signatureAgent: directory,
+      created: NOW,
+      signatureAgentForm: "string",
+    });
+    assert.equal(string.headers["signature-agent"], `"${directory}"`);
+    assert.match(string.headers["signature-input"], /^sig1=\([^)]* "signature-agent"\);/);
+    // A JWK Set elsewhere than the well-known path is named as such (-00's jwks_uri type).
+    const elsewhere = signWebBotAuth(request, {
+      privateKey,
+      signatureAgent: "https://trust.test/keys.json",
+      created: NOW,
+    });
+    assert.equal(elsewhere.headers["signature-agent"], 'sig1="https://trust.test/keys.json";type=jwks_uri');
+    const both = signProtoAndWebBotAuth(
+      request,
+      { keyid: encodeDidKey(rawPublicKey(publicKey)), privateKey, created: NOW },
+      { signatureAgent: directory },
+    );
+    assert.equal(both["signature-agent"], 'sig2="https://trust.test"');
+    assert.match(both["signature-input"], /, sig2=\([^)]* "signature-agent";key="sig2"\);/);
+  });
+
+  test("typed members (-00): a directory is an origin, a jwks_uri the JWK Set; other types and parameters are refused", async () => {
+    const elsewhere = "https://trust.test/keys.json";
+    const typedKeys = () =>
+      keysOf({ [directory]: { [thumbprint]: publicKey }, [elsewhere]: { [thumbprint]: publicKey } });
+    const get = (headers: Record<string, string>) => ({
+      method: "GET",
+      url: "https://notes.test",
+      target: "/n",
+      headers,
+    });
+    // The signature covers the member, parameters included: rewriting one fails the signature, so
+    // these show the refusals that come before the signature (and any fetch).
+    const member = (value: string) => {
+      const signed = signWebBotAuth(
+        { method: "GET", url: "https://notes.test/n" },
+        { privateKey, signatureAgent: directory, created: NOW },
+      );
+      return { ...signed.headers, "signature-agent": `sig1=${value}` };
+    };
+    const verify = (headers: Record<string, string>) => verifierAt(NOW, typedKeys()).verify(get(headers));
+    await refused(verify(member('"https://trust.test";type=cimd')), "invalid_signature");
+    await assert.rejects(verify(member('"https://trust.test";type=cimd')), /type must be directory or jwks_uri/);
+    await assert.rejects(verify(member('"https://trust.test";via="x"')), /unknown parameter/);
+    await assert.rejects(verify(member('"https://trust.test/keys.json";type=directory')), /must name an origin/);
+    await assert.rejects(verify(member('"https://trust.test";type=jwks_uri')), /must name the JWK Set/);
+
+    // A jwks_uri member as our signer sends it (a type=directory one: the interop tests, by dhensby's signer).
+    const jwks = signWebBotAuth(
+      { method: "GET", url: "https://notes.test/n" },
+      { privateKey, signatureAgent: elsewhere, created: NOW },
+    );
+    const viaJwks = await verifierAt(NOW, typedKeys()).verify(get(jwks.headers));
+    assert.equal(viaJwks.signatureAgent, elsewhere);
+    assert.equal(viaJwks.signatureAgentForm, "dictionary");
+  });
+
+  test("nothing that could never verify is looked up: a keyid that is no thumbprint, a signature of the wrong length", async () => {
+    const signed = signWebBotAuth(
+      { method: "GET", url: "https://notes.test/n" },
+      { privateKey, signatureAgent: directory, created: NOW },
+    );
+    const get = (headers: Record<string, string>) => ({
+      method: "GET",
+      url: "https://notes.test",
+      target: "/n",
+      headers,
+    });
+    const keys = keysOf({ [directory]: { [thumbprint]: publicKey } });
+    const verifier = verifierAt(NOW, keys);
+    const junkKeyid = signed.headers["signature-input"].replace(/keyid="[^"]+"/, 'keyid="junk"');
+    await assert.rejects(verifier.verify(get({ ...signed.headers, "signature-input": junkKeyid })), /keyid must be/);
+    const short = { ...signed.headers, signature: "sig1=:AAAA:" };
+    await assert.rejects(verifier.verify(get(short)), /not Ed25519/);
+    assert.deepEqual(keys.lookups, []);
+    // The client a look-up is charged to reaches the key source.
+    const seen: unknown[] = [];
+    await verifierAt(NOW, {
+      async lookup(_url: string, _thumbprint: string, context?: unknown) {
+        seen.push(context);
+        return publicKey;
+      },
+    }).verify(get(signed.headers), { client: "192.0.2.7" });
+    assert.deepEqual(seen, [{ client: "192.0.2.7" }]);
+  });
+
+  test("two signatures, the first tagged otherwise: the one tagged web-bot-auth is verified", async () => {
+    const other = generateKeyPairSync("ed25519");
+    const first = signWebBotAuth(
+      { method: "GET", url: "https://notes.test/n" },
+      { privateKey: other.privateKey, signatureAgent: "https://elsewhere.test", created: NOW, label: "a" },
+    );
+    const second = signWebBotAuth(
+      { method: "GET", url: "https://notes.test/n" },
+      { privateKey, signatureAgent: directory, created: NOW, label: "b" },
+    );
+    const headers = {
+      "signature-agent": `${first.headers["signature-agent"]}, ${second.headers["signature-agent"]}`,
+      "signature-input": `${first.headers["signature-input"].replace('tag="web-bot-auth"', 'tag="other"')}, ${second.headers["signature-input"]}`,
+      signature: `${first.headers.signature}, ${second.headers.signature}`,
+    };
+    const keys = keysOf({ [directory]: { [thumbprint]: publicKey } });
+    const agent = await verifierAt(NOW, keys).verify({
+      method: "GET",
+      url: "https://notes.test",
+      target: "/n",
+      headers,
+    });
+    assert.equal(agent.label, "b");
+    assert.equal(agent.keyid, thumbprint);
+    assert.deepEqual(keys.lookups, [`${directory} ${thumbprint}`]);
   });
 });

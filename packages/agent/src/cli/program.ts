@@ -379,6 +379,10 @@ function buildProgram(
       "--signature-agent <url>",
       "the key directory named in Signature-Agent (default: your attestor's, where /account publishes the key)",
     )
+    .option(
+      "--signature-agent-string",
+      "send Signature-Agent as the older bare string, covered whole (what deployed verifiers read), not the working group's dictionary",
+    )
     .action(
       async (
         url: string,
@@ -391,6 +395,7 @@ function buildProgram(
           webBotAuth?: boolean;
           webBotAuthOnly?: boolean;
           signatureAgent?: string;
+          signatureAgentString?: boolean;
         },
       ) => {
         const out = makeOutput(options.json === true);
@@ -417,7 +422,8 @@ function buildProgram(
             : options.webBotAuth === true || options.signatureAgent !== undefined
               ? "both"
               : undefined;
-        const webBotAuth = a.webBotAuth(mode, options.attestor, options.signatureAgent);
+        const form = options.signatureAgentString === true ? "string" : undefined;
+        const webBotAuth = a.webBotAuth(mode, options.attestor, options.signatureAgent, form);
         const discovery = await discoverService(url, { signal: context.signal });
         const attestors = a.attestors(options.attestor);
         const client = new ServiceClient(discovery, {

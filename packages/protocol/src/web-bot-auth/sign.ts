@@ -1,11 +1,15 @@
 /**
  * Sending Web Bot Auth: a signature tagged `web-bot-auth`, `keyid` the key's JWK thumbprint, covering
- * `Signature-Agent`. Ours also covers what the proto profile does (`@method`, `@target-uri`,
+ * `Signature-Agent`. By default in the working group's form (draft-ietf-webbotauth-httpsig-protocol-00):
+ * a dictionary whose member, keyed by the signature's label, names where the keys are (an origin
+ * for a well-known directory, else the JWK Set, typed `jwks_uri`), and the signature covers only
+ * that member, `"signature-agent";key="<label>"`. The older bare string, covered whole, is what
+ * deployed verifiers read today; it stays an option. Ours also covers what the proto profile does (`@method`, `@target-uri`,
  * `content-digest`) and carries a nonce and a short lifetime, so that the same signature lets a proto
  * service on our kit treat the request as its account's when an attestation comes with it.
  */
 import { createPublicKey, type KeyObject } from "node:crypto";
-import { serializeDictionary } from "structured-headers";
+import { serializeDictionary, serializeItem, Token } from "structured-headers";
 import type { MessageComponents } from "../http-signatures/components.js";
 import { contentDigest } from "../http-signatures/content-digest.js";
 import { bodyBytes, headerReader, type RawRequest, signerTargetUri } from "../http-signatures/message.js";
@@ -22,7 +26,11 @@ import {
 } from "../http-signatures/sign.js";
 import { componentIdentifiers } from "../http-signatures/signature-base.js";
 import { jwkThumbprint } from "./directory-keys.js";
+import { KEY_DIRECTORY_PATH } from "./key-directory.js";
 import { SIGNATURE_AGENT_HEADER, WEB_BOT_AUTH_TAG } from "./verify.js";
+
+/** `dictionary`: the working group's form (default); `string`: the older bare string. */
+export type SignatureAgentForm = "dictionary" | "string";
 
 export interface WebBotAuthSignOptions {
   /** The Ed25519 private key, or its 32-byte seed. */
@@ -35,11 +43,13 @@ export interface WebBotAuthSignOptions {
   validitySeconds?: number;
   nonce?: string;
   now?: () => number;
+  /** How `Signature-Agent` is spelled (default `dictionary`). */
+  signatureAgentForm?: SignatureAgentForm;
   /**
-   * How `Signature-Agent` is covered: the whole field (`"signature-agent"`, default), which every
-   * verifier deployed today recomputes, or only this signature's member
-   * (`"signature-agent";key="<label>"`, the -01 draft's form, which the npm `web-bot-auth` 0.1.3
-   * verifier cannot recompute).
+   * In the dictionary form, what the signature covers: its own member
+   * (`"signature-agent";key="<label>"`, default, as the draft requires) or the whole field, which
+   * verifiers without member support (the npm `web-bot-auth` 0.1.3) recompute. The string form is
+   * always covered whole.
    */
   agentCoverage?: "field" | "member";
 }
@@ -52,6 +62,29 @@ export type WebBotAuthHeaders = {
   "content-digest"?: string;
 };
 
+/**
+ * The dictionary member naming a key directory: a directory at an origin's well-known path is named
+ * by the origin (-00's `directory` type, the default), any other URL is the JWK Set (`jwks_uri`).
+ */
+function agentMember(signatureAgent: string): [string, Map<string, Token>] {
+  const url = new URL(signatureAgent);
+  if (url.protocol !== "https:") throw new RangeError("the Signature-Agent must be an https URL");
+  if ((url.pathname === KEY_DIRECTORY_PATH || url.pathname === "/") && url.search === "" && url.hash === "") {
+    return [url.origin, new Map()];
+  }
+  return [signatureAgent, new Map([["type", new Token("jwks_uri")]])];
+}
+
+function agentField(options: WebBotAuthSignOptions, label: string): { header: string; keyed: boolean } {
+  if (options.signatureAgentForm === "string") {
+    return { header: serializeItem([options.signatureAgent, new Map()]), keyed: false };
+  }
+  return {
+    header: serializeDictionary({ [label]: agentMember(options.signatureAgent) }),
+    keyed: options.agentCoverage !== "field",
+  };
+}
+
 function webBotAuthSignature(
   request: Omit<RawRequest, "headers">,
   options: WebBotAuthSignOptions,
@@ -59,7 +92,8 @@ function webBotAuthSignature(
   const label = options.label ?? "sig1";
   const body = bodyBytes(request.body);
   const digest = body === undefined ? undefined : contentDigest(body);
-  const agentHeader = serializeDictionary({ [label]: [options.signatureAgent, new Map()] });
+  const agent = agentField(options, label);
+  const agentHeader = agent.header;
   const created = options.created ?? Math.floor((options.now ?? Date.now)() / 1000);
   const expires = options.expires ?? created + (options.validitySeconds ?? DEFAULT_SIGNATURE_VALIDITY_SECONDS);
   const privateKey = toPrivateKey(options.privateKey);
@@ -71,9 +105,7 @@ function webBotAuthSignature(
     ...(digest === undefined ? [] : ["content-digest"]),
   ]);
   components.push(
-    options.agentCoverage === "member"
-      ? [SIGNATURE_AGENT_HEADER, new Map([["key", label]])]
-      : [SIGNATURE_AGENT_HEADER, new Map()],
+    agent.keyed ? [SIGNATURE_AGENT_HEADER, new Map([["key", label]])] : [SIGNATURE_AGENT_HEADER, new Map()],
   );
   const fields: Record<string, string> = { [SIGNATURE_AGENT_HEADER]: agentHeader };
   if (digest !== undefined) fields["content-digest"] = digest;
@@ -120,7 +152,7 @@ export function signWebBotAuth(
 export function signProtoAndWebBotAuth(
   request: Omit<RawRequest, "headers">,
   proto: SignOptions,
-  webBotAuth: Omit<WebBotAuthSignOptions, "label" | "privateKey">,
+  webBotAuth: Omit<WebBotAuthSignOptions, "label" | "privateKey" | "created" | "expires">,
 ): WebBotAuthHeaders {
   const first = signRequest(request, { ...proto, label: proto.label ?? "sig1" });
   const { signature, agentHeader } = webBotAuthSignature(request, {

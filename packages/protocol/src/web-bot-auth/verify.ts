@@ -1,13 +1,18 @@
 /**
- * Receiving Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol-01): a request signed by a key that
+ * Receiving Web Bot Auth (draft-ietf-webbotauth-httpsig-protocol): a request signed by a key that
  * a `Signature-Agent` names, identified by its JWK thumbprint. The outcome is a signed-agent
  * identity (signer's directory and key); whether that signature also binds the request as tightly as
  * the proto profile does (method, target, body, nonce, 300 s) decides if it may act for an account.
+ *
+ * `Signature-Agent` is read in each form agents send: the working group's dictionary (-00: typed
+ * members, `directory` an origin, `jwks_uri` the JWK Set itself; -01: untyped members naming the JWK
+ * Set) with the signature covering its own member (`"signature-agent";key="<label>"`) or the whole
+ * field, and the older bare string that deployed verifiers still send.
  */
 import type { KeyObject } from "node:crypto";
-import { type BareItem, isInnerList, parseDictionary, parseItem } from "structured-headers";
+import { type BareItem, isInnerList, parseDictionary, parseItem, Token } from "structured-headers";
 import { encodeDidKey } from "../did-key.js";
-import { rawPublicKey } from "../ed25519.js";
+import { ED25519_SIGNATURE_LENGTH, rawPublicKey } from "../ed25519.js";
 import { ProtoError, protoError } from "../errors.js";
 import type { ComponentIdentifier } from "../http-signatures/components.js";
 import { contentDigestMatches } from "../http-signatures/content-digest.js";
@@ -25,6 +30,7 @@ import {
 } from "../http-signatures/signature-input.js";
 import { TargetUriError } from "../http-signatures/target-uri.js";
 import type { NonceStore } from "../nonce-store.js";
+import { KEY_DIRECTORY_PATH } from "./key-directory.js";
 import { KeyDirectoryError } from "./key-directory-error.js";
 
 export const WEB_BOT_AUTH_TAG = "web-bot-auth";
@@ -32,11 +38,21 @@ export const SIGNATURE_AGENT_HEADER = "signature-agent";
 /** The draft recommends at most a day; longer is refused. */
 export const DEFAULT_WEB_BOT_AUTH_MAX_VALIDITY_SECONDS = 24 * 3600;
 const MAX_NONCE_LENGTH = 256;
-const MAX_KEYID_LENGTH = 128;
+/** A base64url SHA-256 JWK thumbprint (RFC 7638), the only keyid the draft allows. */
+const THUMBPRINT = /^[A-Za-z0-9_-]{43}$/;
+/** The member types of -00; -01 drops them (an untyped member names the JWK Set). */
+const MEMBER_TYPES = new Set(["directory", "jwks_uri"]);
+
+/** Who asks: the client a key directory fetch is charged to (see the kit's per-client budgets). */
+export interface KeyLookupContext {
+  /** The client's address as the server identifies it (after its trusted proxies); unset when unknown. */
+  client?: string | undefined;
+}
 
 /** Finds the public key a thumbprint names in the key directory a `Signature-Agent` URL points to. */
 export interface SignatureAgentKeys {
-  lookup(signatureAgentUrl: string, thumbprint: string): Promise<KeyObject | undefined>;
+  /** `directoryUrl`: the JWK Set a `Signature-Agent` names (an origin already turned into its well-known directory). */
+  lookup(directoryUrl: string, thumbprint: string, context?: KeyLookupContext): Promise<KeyObject | undefined>;
 }
 
 export interface WebBotAuthVerifierOptions {
@@ -55,8 +71,10 @@ export interface VerifiedSignedAgent {
   label: string;
   /** The RFC 7638 thumbprint the signature named. */
   keyid: string;
-  /** The `Signature-Agent` URL the key was found through. */
+  /** The `Signature-Agent` URL the key was found through, as the request named it. */
   signatureAgent: string;
+  /** How the request spelled `Signature-Agent`: the working group's dictionary or the older string. */
+  signatureAgentForm: "dictionary" | "string";
   /** Its origin: who vouches for the agent (an operator or an attestor). */
   signerOrigin: string;
   /** The did:key of the same Ed25519 key: the proto account it may act for, with an attestation. */
@@ -122,12 +140,45 @@ function httpsUrl(value: BareItem | undefined, where: string): string {
   return value;
 }
 
+interface CoveredAgent {
+  /** The member's URL as sent (the signer's identifier). */
+  url: string;
+  /** Where its keys are fetched: the URL itself, or an origin's well-known directory. */
+  directory: string;
+  form: "dictionary" | "string";
+}
+
 /**
- * The `Signature-Agent` URL this signature covers: the dictionary member its `key` parameter names
- * (or, covering the whole field, the member keyed by its own label, or the only one), or the legacy
+ * Where a `Signature-Agent` value's keys are: an origin means its well-known directory (-00's
+ * `directory` type, and the older string form as agents send it); any other URL is the JWK Set
+ * itself (-00's `jwks_uri`, and every untyped member of -01).
+ */
+function keysLocation(url: string, type: string | undefined): string {
+  const parsed = new URL(url);
+  const origin = parsed.pathname === "/" && parsed.search === "";
+  if (type === "directory" && !origin) throw invalid("a Signature-Agent member of type directory must name an origin");
+  if (type === "jwks_uri" && origin) throw invalid("a Signature-Agent member of type jwks_uri must name the JWK Set");
+  return origin ? `${parsed.origin}${KEY_DIRECTORY_PATH}` : url;
+}
+
+/** The `type` of a -00 member (a token or a string); any other parameter makes it unusable. */
+function memberType(params: Map<string, BareItem>): string | undefined {
+  if (params.size === 0) return undefined;
+  const type = params.get("type");
+  if (params.size > 1 || type === undefined) throw invalid("a Signature-Agent member carries an unknown parameter");
+  const name = typeof type === "string" ? type : type instanceof Token ? type.toString() : undefined;
+  if (name === undefined || !MEMBER_TYPES.has(name)) {
+    throw invalid("a Signature-Agent member's type must be directory or jwks_uri");
+  }
+  return name;
+}
+
+/**
+ * The `Signature-Agent` this signature covers: the dictionary member its `key` parameter names
+ * (or, covering the whole field, the member keyed by its own label, or the only one), or the older
  * bare string.
  */
-function coveredSignatureAgent(header: string | undefined, candidate: CandidateSignature): string {
+function coveredSignatureAgent(header: string | undefined, candidate: CandidateSignature): CoveredAgent {
   if (header === undefined) throw invalid("a Web Bot Auth signature needs a Signature-Agent header");
   if (header.length > MAX_SIGNATURE_HEADER_LENGTH) throw invalid("Signature-Agent header is too long");
   const covering = candidate.components.filter((c) => componentName(c) === SIGNATURE_AGENT_HEADER);
@@ -136,7 +187,8 @@ function coveredSignatureAgent(header: string | undefined, candidate: CandidateS
   if (header.trimStart().startsWith('"')) {
     if (keyed !== undefined) throw invalid("Signature-Agent is a string, but the signature covers a dictionary member");
     try {
-      return httpsUrl(parseItem(header)[0], "Signature-Agent");
+      const url = httpsUrl(parseItem(header)[0], "Signature-Agent");
+      return { url, directory: keysLocation(url, undefined), form: "string" };
     } catch (error) {
       if (error instanceof ProtoError) throw error;
       throw invalid("Signature-Agent is not a valid structured field");
@@ -154,9 +206,8 @@ function coveredSignatureAgent(header: string | undefined, candidate: CandidateS
   else if (members.size === 1) memberKey = members.keys().next().value;
   const member = memberKey === undefined ? undefined : members.get(memberKey);
   if (member === undefined || isInnerList(member)) throw invalid("Signature-Agent has no member for this signature");
-  // -01: a member with parameters must be ignored, so it cannot name this signature's agent.
-  if (member[1].size > 0) throw invalid("Signature-Agent members must not carry parameters");
-  return httpsUrl(member[0], "the Signature-Agent member");
+  const url = httpsUrl(member[0], "the Signature-Agent member");
+  return { url, directory: keysLocation(url, memberType(member[1])), form: "dictionary" };
 }
 
 function chooseWebBotAuth(candidates: CandidateSignature[]): CandidateSignature {
@@ -166,7 +217,8 @@ function chooseWebBotAuth(candidates: CandidateSignature[]): CandidateSignature 
 }
 
 export interface WebBotAuthVerifier {
-  verify(request: RawRequest): Promise<VerifiedSignedAgent>;
+  /** `context.client` is who any key directory fetch is charged to. */
+  verify(request: RawRequest, context?: KeyLookupContext): Promise<VerifiedSignedAgent>;
 }
 
 /**
@@ -179,7 +231,7 @@ export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): We
   const skew = options.skewSeconds ?? DEFAULT_SKEW_SECONDS;
   const maxValidity = options.maxValiditySeconds ?? DEFAULT_WEB_BOT_AUTH_MAX_VALIDITY_SECONDS;
 
-  async function verifyMessage(message: SignedMessage): Promise<VerifiedSignedAgent> {
+  async function verifyMessage(message: SignedMessage, context: KeyLookupContext): Promise<VerifiedSignedAgent> {
     const candidate = chooseWebBotAuth(readSignatures(message.header));
     const { params } = candidate;
     const created = params.get("created");
@@ -189,8 +241,8 @@ export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): We
     const nonce = params.get("nonce");
     if (!Number.isInteger(created)) throw invalid("created must be an integer");
     if (expires !== undefined && !Number.isInteger(expires)) throw invalid("expires must be an integer");
-    if (typeof keyid !== "string" || keyid.length === 0 || keyid.length > MAX_KEYID_LENGTH) {
-      throw invalid("keyid must be a JWK thumbprint");
+    if (typeof keyid !== "string" || !THUMBPRINT.test(keyid)) {
+      throw invalid("keyid must be a base64url SHA-256 JWK thumbprint");
     }
     if (alg !== undefined && alg !== "ed25519") throw invalid('alg must be "ed25519"');
     if (nonce !== undefined && (typeof nonce !== "string" || nonce.length === 0 || nonce.length > MAX_NONCE_LENGTH)) {
@@ -200,14 +252,18 @@ export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): We
     if (!names.includes("@authority") && !names.includes("@target-uri")) {
       throw invalid("a Web Bot Auth signature must cover @authority or @target-uri");
     }
-    const signatureAgent = coveredSignatureAgent(message.header(SIGNATURE_AGENT_HEADER), candidate);
+    const agent = coveredSignatureAgent(message.header(SIGNATURE_AGENT_HEADER), candidate);
+    const signatureAgent = agent.url;
     const window = { created: created as number, expires: expires as number | undefined };
     const nowSeconds = Math.floor(now() / 1000);
     checkTimeWindow(window, nowSeconds, skew, maxValidity);
+    // Everything above is free; the look-up below may be an outbound fetch a stranger chose, so a
+    // signature that could never verify is refused before it is charged for one.
+    if (candidate.signature.length !== ED25519_SIGNATURE_LENGTH) throw invalid("the signature is not Ed25519");
 
     let publicKey: KeyObject | undefined;
     try {
-      publicKey = await options.keys.lookup(signatureAgent, keyid);
+      publicKey = await options.keys.lookup(agent.directory, keyid, context);
     } catch (error) {
       // A directory that cannot be used leaves the signature unverified: the caller's to fix.
       if (error instanceof KeyDirectoryError) {
@@ -244,6 +300,7 @@ export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): We
       label: candidate.label,
       keyid,
       signatureAgent,
+      signatureAgentForm: agent.form,
       signerOrigin: new URL(signatureAgent).origin,
       did,
       created: window.created,
@@ -256,7 +313,7 @@ export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): We
   }
 
   return {
-    async verify(request) {
+    async verify(request, context = {}) {
       let message: SignedMessage;
       try {
         message = fromRaw(request);
@@ -266,7 +323,7 @@ export function createWebBotAuthVerifier(options: WebBotAuthVerifierOptions): We
         }
         throw error;
       }
-      return verifyMessage(message);
+      return verifyMessage(message, context);
     },
   };
 }
