@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { basename, join } from "node:path";
+import { basename, join, relative } from "node:path";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
@@ -48,5 +48,24 @@ describe("the package's reference vectors", () => {
       fileURLToPath(import.meta.resolve("@proto/protocol/vectors/keypair.json")),
       join(vectorsDir, "keypair.json"),
     );
+  });
+
+  // The reference set sits beside a clone of the repository (as in CI); a copy that drifted from it
+  // would test other data than every other language reads.
+  const referenceDir = join(packageDir, "..", "..", "..", "shared", "vectors");
+  test("they are the reference set, file for file, where it sits beside the repository", (t) => {
+    if (!existsSync(referenceDir)) {
+      t.skip(`no reference set at ${referenceDir} to compare with`);
+      return;
+    }
+    const files = (dir: string): string[] =>
+      readdirSync(dir, { recursive: true, withFileTypes: true })
+        .filter((entry) => entry.isFile())
+        .map((entry) => relative(dir, join(entry.parentPath, entry.name)))
+        .sort();
+    assert.deepEqual(files(vectorsDir), files(referenceDir));
+    for (const file of files(referenceDir)) {
+      assert.ok(readFileSync(join(vectorsDir, file)).equals(readFileSync(join(referenceDir, file))), file);
+    }
   });
 });
