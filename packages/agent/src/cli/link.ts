@@ -8,6 +8,7 @@ import type { AttestorClient, LinkPhase } from "../attestor.js";
 import { AuthError } from "../errors.js";
 import type { BindingRecord } from "../store.js";
 import { type Output, Spinner } from "./output.js";
+import { inline } from "./terminal-text.js";
 
 export interface LinkCommandOptions {
   label?: string;
@@ -63,18 +64,21 @@ export async function runLink(
       [
         `Open this link to confirm this agent (it expires in ${Math.round(request.expires_in / 60)} minutes):`,
         "",
-        `  ${request.link_url}`,
-        "",
-        qr.trimEnd(),
-        ...(isLoopback(request.link_url)
-          ? [
-              "This link points to this machine: a phone that scans the QR code cannot open it.",
-              "Open it in a browser here.",
-            ]
-          : []),
+        `  ${inline(request.link_url)}`,
         "",
       ],
     );
+    // The QR code's colours are escape sequences of our own: written apart from the attestor's text.
+    out.drawing(qr.trimEnd());
+    out.print([
+      ...(isLoopback(request.link_url)
+        ? [
+            "This link points to this machine: a phone that scans the QR code cannot open it.",
+            "Open it in a browser here.",
+          ]
+        : []),
+      "",
+    ]);
     if (canOpenBrowser(options.browser, out)) {
       try {
         const { default: open } = await import("open");

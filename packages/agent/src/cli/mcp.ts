@@ -5,6 +5,7 @@ import type { Agent } from "../agent.js";
 import { UsageError } from "../errors.js";
 import { connectMcp, mcpError } from "../mcp.js";
 import { EXIT, errorLine, type Output, table } from "./output.js";
+import { inline } from "./terminal-text.js";
 
 export interface McpCommand {
   url: string;
@@ -87,9 +88,10 @@ function printTools(out: Output, url: string, client: Client, tools: Tool[]): vo
   }
   // On a terminal each tool keeps to one line; piped, the first line of each description is whole.
   const width = out.interactive ? (out.stdout.columns ?? 0) : 0;
-  const nameWidth = Math.max(4, ...tools.map((t) => t.name.length));
+  // Measured as printed: a server's control characters take the room of their visible escapes.
+  const nameWidth = Math.max(4, ...tools.map((t) => inline(t.name).length));
   const room = width > 0 ? Math.max(20, width - nameWidth - 2) : Number.POSITIVE_INFINITY;
-  const rows = tools.map((tool) => [tool.name, clip(firstLine(tool.description ?? ""), room)]);
+  const rows = tools.map((tool) => [tool.name, clip(inline(firstLine(tool.description ?? "")), room)]);
   out.result({ url, server: client.getServerVersion() ?? null, tools }, table([["TOOL", "DESCRIPTION"], ...rows]));
   out.note(`Call one with: proto mcp ${url} TOOL '{"name": "value"}'`);
 }
@@ -103,15 +105,15 @@ function describeResult(result: CallResult): string[] {
         return block.text;
       case "image":
       case "audio":
-        return `[${block.type} ${block.mimeType}, ${Math.floor((block.data.length * 3) / 4)} bytes]`;
+        return `[${block.type} ${inline(block.mimeType)}, ${Math.floor((block.data.length * 3) / 4)} bytes]`;
       case "resource":
         return "text" in block.resource
           ? block.resource.text
-          : `[resource ${block.resource.uri}${block.resource.mimeType ? ` ${block.resource.mimeType}` : ""}]`;
+          : `[resource ${inline(block.resource.uri)}${block.resource.mimeType ? ` ${inline(block.resource.mimeType)}` : ""}]`;
       case "resource_link":
-        return `[resource link ${block.uri}${block.name ? ` (${block.name})` : ""}]`;
+        return `[resource link ${inline(block.uri)}${block.name ? ` (${inline(block.name)})` : ""}]`;
       default:
-        return `[${(block as { type: string }).type} content]`;
+        return `[${inline((block as { type: string }).type)} content]`;
     }
   });
   if (lines.length === 0 && result.structuredContent !== undefined) {

@@ -1,6 +1,7 @@
 /** How the CLI writes: one JSON document on stdout with `--json`, readable text otherwise; errors on one line. */
 import { AgentError, AttestorError, type ErrorKind, ServerError } from "../errors.js";
 import { oneLine } from "../http.js";
+import { block, inline, jsonText } from "./terminal-text.js";
 
 /** Exit codes (documented in the README). */
 export const EXIT = {
@@ -82,11 +83,16 @@ function forPeople(error: AgentError): string | undefined {
   return undefined;
 }
 
-/** The error's line on stderr: `proto: code: message`, or `proto: interrupted` for Ctrl-C (nothing more to say). */
+/**
+ * The error's line on stderr: `proto: code: message`, or `proto: interrupted` for Ctrl-C (nothing
+ * more to say). Code and message may be a server's: kept to one line, control characters visible.
+ */
 export function errorLine(described: { code: string; message: string }): string {
-  return described.code === described.message
-    ? `proto: ${described.code}`
-    : `proto: ${described.code}: ${described.message}`;
+  return inline(
+    described.code === described.message
+      ? `proto: ${described.code}`
+      : `proto: ${described.code}: ${described.message}`,
+  );
 }
 
 /**
@@ -137,24 +143,37 @@ export class Output {
 
   /** The command's result: the JSON document, or the human text. */
   result(value: unknown, human: string | string[]): void {
-    if (this.json) this.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
-    else this.stdout.write(`${(Array.isArray(human) ? human : [human]).join("\n")}\n`);
+    if (this.json) this.stdout.write(`${jsonText(value, 2)}\n`);
+    else this.stdout.write(lines(human));
   }
 
   /** Progress: a JSON line on stderr with `--json`, a text line on stdout otherwise. */
   event(event: Record<string, unknown>, human?: string | string[]): void {
-    if (this.json) this.stderr.write(`${JSON.stringify(event)}\n`);
-    else if (human !== undefined) this.stdout.write(`${(Array.isArray(human) ? human : [human]).join("\n")}\n`);
+    if (this.json) this.stderr.write(`${jsonText(event)}\n`);
+    else if (human !== undefined) this.stdout.write(lines(human));
+  }
+
+  /** Text for a person on stdout (between a result's parts); nothing with `--json`. */
+  print(human: string | string[]): void {
+    if (!this.json) this.stdout.write(lines(human));
+  }
+
+  /**
+   * The CLI's own drawing (a QR code), written as it is: its colours are escape sequences. Never
+   * text that came from a server. Nothing with `--json`.
+   */
+  drawing(text: string): void {
+    if (!this.json) this.stdout.write(`${text}\n`);
   }
 
   /** A remark for a person, on stderr (never in the way of piped output); silent with `--json`. */
   note(text: string): void {
-    if (!this.json) this.stderr.write(`${text}\n`);
+    if (!this.json) this.stderr.write(lines(text));
   }
 
   /** A warning a person must see even with `--json` (stderr never mixes into the JSON document). */
   warn(text: string): void {
-    this.stderr.write(`${text}\n`);
+    this.stderr.write(lines(text));
   }
 
   /** `proto: code: message` on stderr; with `--json` also `{"error": {...}}` as the stdout document. */
@@ -169,12 +188,21 @@ export class Output {
 
   /** Only the `{"error": {...}}` stdout document (when the stderr line was already written). */
   errorDocument(error: unknown): void {
-    this.stdout.write(`${JSON.stringify({ error: describeError(error) }, null, 2)}\n`);
+    this.stdout.write(`${jsonText({ error: describeError(error) }, 2)}\n`);
   }
 }
 
-/** Rows as aligned columns (two spaces apart, the last column not padded). */
-export function table(rows: string[][]): string[] {
+/**
+ * Human output, line by line, through the terminal filter: whatever part of it a server wrote,
+ * no escape sequence reaches the terminal. Fields that must stay on one line are `inline` already.
+ */
+function lines(human: string | string[]): string {
+  return `${(Array.isArray(human) ? human : [human]).map(block).join("\n")}\n`;
+}
+
+/** Rows as aligned columns (two spaces apart, the last column not padded); each cell kept to one line. */
+export function table(cells: string[][]): string[] {
+  const rows = cells.map((row) => row.map(inline));
   const widths: number[] = [];
   for (const row of rows) {
     row.forEach((cell, i) => {

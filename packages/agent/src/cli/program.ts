@@ -4,7 +4,7 @@ import { createInterface } from "node:readline";
 import { isDidSyntax } from "@proto/protocol";
 import { Command, CommanderError, Option } from "commander";
 import { acceptedAttestors, issuerOf } from "../accepted.js";
-import { type Account, getAccount, inviteOwner, type OwnerRecipient } from "../account.js";
+import { getAccount, inviteOwner, type OwnerRecipient } from "../account.js";
 import { Agent } from "../agent.js";
 import {
   type Challenge,
@@ -22,10 +22,12 @@ import { normaliseBaseUrl } from "../http.js";
 import { discoverService, ServiceClient } from "../service.js";
 import { AgentStore, type BindingRecord, defaultHome } from "../store.js";
 import { TokenCache } from "../token-cache.js";
+import { describeAccount, describeListing } from "./describe.js";
 import { attestationDocument, bindingDocument, isoTime, subjectOf } from "./documents.js";
 import { runLink } from "./link.js";
 import { runMcp } from "./mcp.js";
-import { EXIT, exitCodeOf, Interrupted, nextStepFor, Output, table } from "./output.js";
+import { EXIT, errorLine, exitCodeOf, Interrupted, nextStepFor, Output, table } from "./output.js";
+import { inline } from "./terminal-text.js";
 
 export interface RunContext {
   argv: string[];
@@ -468,9 +470,9 @@ function buildProgram(
             typeof envelope?.error?.message === "string"
               ? envelope.error.message
               : `the service answered HTTP ${response.status} ${response.statusText}`.trim();
-          context.stderr.write(`proto: ${code}: ${message.replace(/\s+/g, " ")}\n`);
+          out.warn(errorLine({ code, message: message.replace(/\s+/g, " ") }));
           const next = nextStepFor(code);
-          if (next !== undefined) context.stderr.write(`proto: ${next}\n`);
+          if (next !== undefined) out.warn(`proto: ${next}`);
           setExit(response.status === 401 || response.status === 403 ? EXIT.auth : EXIT.server);
         }
       },
@@ -501,14 +503,6 @@ function buildProgram(
   // --- account ---
 
   const account = program.command("account").description("this agent's account at a service (upstream §6-§7)");
-  const accountLines = (acct: Account) => [
-    `${acct.state} account ${acct.account_id} for ${acct.agent_did}`,
-    `  created   ${acct.created_at}`,
-    ...(acct.unclaimed_expires_at === undefined ? [] : [`  expires   ${acct.unclaimed_expires_at} unless claimed`]),
-    ...(acct.owner === null
-      ? []
-      : [`  owner     ${describeIdentity(acct.owner.identity)} since ${acct.owner.claimed_at}`]),
-  ];
   leaf(account, "show", "show the account (signing up implicitly where the service allows it)")
     .argument("<url>", "the service: any https URL on it")
     .option("--attestor <attestor>", ATTESTOR_HELP)
@@ -516,7 +510,7 @@ function buildProgram(
       const out = makeOutput(options.json === true);
       const client = await agent().service(url, { attestorUrl: options.attestor, signal: context.signal });
       const acct = await getAccount(client, context.signal);
-      out.result(acct, accountLines(acct));
+      out.result(acct, describeAccount(acct));
     });
   leaf(account, "invite", "invite the person who may claim the account (they prove who they are to the service)")
     .argument("<url>", "the service: any https URL on it")
@@ -552,10 +546,10 @@ function buildProgram(
           signal: context.signal,
         });
         out.result(invitation, [
-          `Invitation ${invitation.invitation_id} staged; the account is ${invitation.state} until ${invitation.expires_at}`,
+          `Invitation ${inline(invitation.invitation_id)} staged; the account is ${inline(invitation.state)} until ${inline(invitation.expires_at)}`,
           invitation.claim_url === undefined
             ? "  the service sends the claim link to the recipient itself"
-            : `  hand this link to the recipient: ${invitation.claim_url}`,
+            : `  hand this link to the recipient: ${inline(invitation.claim_url)}`,
         ]);
       },
     );
@@ -624,10 +618,10 @@ function buildProgram(
           },
           [
             `Invited ${person} to own this agent's account at ${client.discovery.origin}`,
-            `  invitation ${invitation.invitation_id}; the account is ${invitation.state} until ${invitation.expires_at}`,
+            `  invitation ${inline(invitation.invitation_id)}; the account is ${inline(invitation.state)} until ${inline(invitation.expires_at)}`,
             invitation.claim_url === undefined
               ? "  the service mails the claim link to them itself"
-              : `  hand them this link to claim it: ${invitation.claim_url}`,
+              : `  hand them this link to claim it: ${inline(invitation.claim_url)}`,
           ],
         );
       },
@@ -886,19 +880,6 @@ function directoryClient(env: NodeJS.ProcessEnv, explicit: string | undefined): 
   return new DirectoryClient({ url: value, store });
 }
 
-function describeListing(listing: Listing, full: boolean): string[] {
-  const head = `${listing.status.padEnd(7)} ${listing.service_did}  ${listing.title ?? "(untitled)"}${
-    listing.tags.length > 0 ? `  [${listing.tags.join(", ")}]` : ""
-  }`;
-  if (!full) return [head];
-  return [
-    head,
-    ...(listing.description ? [`  ${listing.description}`] : []),
-    `  discovery ${listing.discovery_url}`,
-    `  listed ${listing.first_listed_at}, updated ${listing.updated_at}, fetched ${listing.fetched_at}`,
-  ];
-}
-
 /** `accounts/me` → the resolved `accounts` endpoint with `/me` appended to its path. */
 function endpointTarget(client: ServiceClient, spec: string): string {
   const slash = spec.indexOf("/");
@@ -963,14 +944,4 @@ function lapseColumn(state: string, expiresAt: number): string {
 
 function isoOf(unixSeconds: number): string {
   return new Date(unixSeconds * 1000).toISOString();
-}
-
-/** A recipient identity in one line: `e-mail alice@example.com`, `oidc https://issuer subject`. */
-function describeIdentity(identity: { type: string; value: unknown }): string {
-  const value = identity.value;
-  if (typeof value === "string") return `${identity.type} ${value}`;
-  if (typeof value === "object" && value !== null && "issuer" in value && "sub" in value) {
-    return `${identity.type} ${String(value.issuer)} ${String(value.sub)}`;
-  }
-  return `${identity.type} ${JSON.stringify(value)}`;
 }

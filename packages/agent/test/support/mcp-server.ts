@@ -32,8 +32,39 @@ export interface TestMcpServer {
   close(): Promise<void>;
 }
 
+export interface McpServerOptions {
+  /** Gives the server its tools (default: echo, whoami and fail). */
+  tools?: (server: McpServer) => void;
+}
+
+/** The tools of most tests: echo, whoami (the access token's claims) and fail. */
+function defaultTools(mcp: McpServer): void {
+  mcp.registerTool(
+    "echo",
+    { description: "Repeats the text it is given", inputSchema: { text: z.string() } },
+    async ({ text }) => ({ content: [{ type: "text", text }] }),
+  );
+  mcp.registerTool(
+    "whoami",
+    { description: "Who calls: the person's pseudonym and the agent acting for them\n(from the access token)" },
+    async (extra) => {
+      const seen = extra.authInfo?.extra?.claims as JWTPayload & { act?: { sub?: string }; client_id?: string };
+      const who = { sub: seen.sub, act_sub: seen.act?.sub, client_id: seen.client_id, scope: seen.scope };
+      return { content: [{ type: "text", text: JSON.stringify(who) }] };
+    },
+  );
+  mcp.registerTool("fail", { description: "Always answers with an error" }, async () => ({
+    isError: true,
+    content: [{ type: "text", text: "this tool always fails" }],
+  }));
+}
+
 /** Starts the server; it verifies tokens of the `trusted` attestors (by their key sets). */
-export async function startMcpServer(ca: TestCA, trusted: string[]): Promise<TestMcpServer> {
+export async function startMcpServer(
+  ca: TestCA,
+  trusted: string[],
+  options: McpServerOptions = {},
+): Promise<TestMcpServer> {
   let port = 0;
   const front = await startTlsFront(ca, () => port);
   const jwksFetch = testFetch(ca);
@@ -101,24 +132,7 @@ export async function startMcpServer(ca: TestCA, trusted: string[]): Promise<Tes
     if (req.method !== "POST") return json(res, 405, { error: "method_not_allowed" }, { allow: "POST" });
 
     const mcp = new McpServer({ name: "test-mcp", version: "1.0.0" });
-    mcp.registerTool(
-      "echo",
-      { description: "Repeats the text it is given", inputSchema: { text: z.string() } },
-      async ({ text }) => ({ content: [{ type: "text", text }] }),
-    );
-    mcp.registerTool(
-      "whoami",
-      { description: "Who calls: the person's pseudonym and the agent acting for them\n(from the access token)" },
-      async (extra) => {
-        const seen = extra.authInfo?.extra?.claims as JWTPayload & { act?: { sub?: string }; client_id?: string };
-        const who = { sub: seen.sub, act_sub: seen.act?.sub, client_id: seen.client_id, scope: seen.scope };
-        return { content: [{ type: "text", text: JSON.stringify(who) }] };
-      },
-    );
-    mcp.registerTool("fail", { description: "Always answers with an error" }, async () => ({
-      isError: true,
-      content: [{ type: "text", text: "this tool always fails" }],
-    }));
+    (options.tools ?? defaultTools)(mcp);
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
     res.on("close", () => {
       void transport.close();
