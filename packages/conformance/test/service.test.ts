@@ -195,6 +195,14 @@ const BREAKAGES: { id: string; how: string; breakage: Breakage }[] = [
     breakage: { response: (e, a) => (signatureInput(e).covers(ABSENT_HEADER) ? asAccepted(a) : undefined) },
   },
   {
+    id: "service.signature.extra-carried-component",
+    how: "a signature also covering content-type or @authority, both in the request, accepted",
+    breakage: {
+      response: (e, a) =>
+        signatureInput(e).covers("content-type") || signatureInput(e).covers("@authority") ? asAccepted(a) : undefined,
+    },
+  },
+  {
     id: "service.signature.wrong-digest",
     how: "a Content-Digest that is not the body's accepted",
     breakage: {
@@ -237,6 +245,7 @@ const BREAKAGES: { id: string; how: string; breakage: Breakage }[] = [
           code(a) === "invalid_signature" &&
           s.keyid !== undefined &&
           s.covers("@target-uri") &&
+          !s.covers("@authority") &&
           s.expires - s.created === 60 &&
           s.created <= now + 60
           ? asAccepted(a)

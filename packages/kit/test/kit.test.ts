@@ -1,12 +1,17 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import {
+  contentDigest,
   type DiscoveryDocument,
+  fetchTargetUri,
   findProtoChallenge,
   isReservedErrorCode,
   ProtoError,
   parseWwwAuthenticate,
   RESERVED_ERRORS,
+  randomNonce,
+  signatureHeaderPair,
+  signMessage,
   signRequest,
   validateDiscoveryDocument,
 } from "@proto/protocol";
@@ -312,6 +317,32 @@ for (const engine of ENGINES) {
         { keyid: agent.did, privateKey: agent.privateKey, created: now },
       ).headers;
       ledger.expect(await main.signed(agent, "GET", ME, { replay: { ...foreign } }), 401, "invalid_signature");
+      // The covered components are exactly the profile's (upstream conformance, service rule 2): a
+      // good signature that also covers the Content-Type the request carries is refused.
+      const note = JSON.stringify({ text: "extra component" });
+      const sent: Record<string, string> = {
+        "content-type": "application/json",
+        "content-digest": contentDigest(new TextEncoder().encode(note)),
+      };
+      const extra = signMessage(
+        { method: "POST", targetUri: fetchTargetUri(`${MAIN.origin}/api/notes`), header: (name) => sent[name] },
+        ["@method", "@target-uri", "content-digest", "content-type"].map((name) => [name, new Map()]),
+        [
+          ["created", now],
+          ["expires", now + 60],
+          ["nonce", randomNonce()],
+          ["keyid", agent.did],
+          ["alg", "ed25519"],
+        ],
+        agent.privateKey,
+        "sig1",
+      );
+      const refused = await main.signed(agent, "POST", "/api/notes", {
+        rawBody: note,
+        replay: { ...sent, ...signatureHeaderPair([extra]) },
+      });
+      ledger.expect(refused, 401, "invalid_signature");
+      assert.match(String((refused.json as { error?: { message?: unknown } }).error?.message), /content-type/);
     });
 
     test("every 401 carries the Proto challenge; error only when the request tried the protocol (upstream §5.7)", async () => {

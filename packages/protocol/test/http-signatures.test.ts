@@ -4,7 +4,8 @@ import { loadVectorFile, loadVectors } from "@proto/testkit";
 import { encodeDidKey } from "../src/did-key.js";
 import { ProtoError } from "../src/errors.js";
 import { contentDigest } from "../src/http-signatures/content-digest.js";
-import { signFetchRequest, signRequest } from "../src/http-signatures/sign.js";
+import { signatureHeaderPair, signFetchRequest, signMessage, signRequest } from "../src/http-signatures/sign.js";
+import { fetchTargetUri } from "../src/http-signatures/target-uri.js";
 import { createRequestVerifier } from "../src/http-signatures/verify.js";
 import { MemoryNonceStore } from "../src/nonce-store.js";
 import { type Keypair, newAgent, type SignatureVector, vectorHeaders } from "./helpers.js";
@@ -153,6 +154,52 @@ for (const offloadVerification of [false, true]) {
       const missing = signed({}, null, "GET");
       missing.headers["signature-input"] = missing.headers["signature-input"]!.replace(' "@target-uri"', "");
       await rejectsWith(verifierAt(NOW).verify(missing), "invalid_signature");
+    });
+
+    test("a good signature that also covers components the request carries is invalid_signature", async () => {
+      // Upstream's conformance document: "reject requests with extra or missing components". The
+      // signature below is correct over what it covers; only the covered set is wrong.
+      const signedOver = (components: string[], method: string, body: string | null) => {
+        const digest = body === null ? undefined : contentDigest(new TextEncoder().encode(body));
+        const sent: Record<string, string> = {
+          ...(body === null ? {} : { "content-type": "application/json" }),
+          ...(digest === undefined ? {} : { "content-digest": digest }),
+        };
+        const signature = signMessage(
+          { method, targetUri: fetchTargetUri(URL_), header: (name) => sent[name] },
+          components.map((name) => [name, new Map()]),
+          [
+            ["created", NOW],
+            ["expires", NOW + 60],
+            ["nonce", `n-${components.join("-")}`],
+            ["keyid", agent.did],
+            ["alg", "ed25519"],
+          ],
+          agent.privateKey,
+          "sig1",
+        );
+        return { method, url: URL_, headers: { ...sent, ...signatureHeaderPair([signature]) }, body };
+      };
+      const refused = async (request: ReturnType<typeof signedOver>, component: string) => {
+        await assert.rejects(verifierAt(NOW).verify(request), (e: unknown) => {
+          assert.ok(e instanceof ProtoError);
+          assert.equal(e.code, "invalid_signature");
+          assert.equal(e.status, 401);
+          assert.match(e.message, new RegExp(`covered component ${component} is not allowed`));
+          return true;
+        });
+      };
+      // Built the same way with exactly the profile's components, it verifies.
+      assert.equal(
+        (await verifierAt(NOW).verify(signedOver(["@method", "@target-uri", "content-digest"], "POST", '{"a":1}')))
+          .keyid,
+        agent.did,
+      );
+      await refused(
+        signedOver(["@method", "@target-uri", "content-digest", "content-type"], "POST", '{"a":1}'),
+        "content-type",
+      );
+      await refused(signedOver(["@method", "@target-uri", "@authority"], "GET", null), "@authority");
     });
 
     test("every parameter is required, and alg must be ed25519", async () => {

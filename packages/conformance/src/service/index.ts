@@ -10,6 +10,7 @@ import {
 import { discoveryBilling, discoveryDocument } from "./discovery.js";
 import {
   expiredSignature,
+  extraCarriedComponent,
   extraComponent,
   futureCreated,
   missingDigest,
@@ -28,6 +29,7 @@ export const serviceProbes: readonly Probe[] = [
   missingDigest,
   missingTargetUri,
   extraComponent,
+  extraCarriedComponent,
   wrongDigest,
   validityTooLong,
   expiredSignature,

@@ -51,12 +51,17 @@ export function signedHeaders(context: ProbeContext, agent: AgentKey, call: Sign
   const names =
     call.components ?? (body === undefined ? ["@method", "@target-uri"] : ["@method", "@target-uri", "content-digest"]);
   const created = call.created ?? context.nowSeconds();
+  const sent: Record<string, string> = {
+    ...(body === undefined ? {} : { "content-type": "application/json" }),
+    ...(digest === undefined ? {} : { "content-digest": digest }),
+    ...call.headers,
+  };
   const signature = signMessage(
     {
       method: call.method,
       targetUri: fetchTargetUri(call.signedUrl ?? call.url),
       // A covered header the request does not carry (the extra-component probe) is signed as if it did.
-      header: (name) => (name === "content-digest" ? digest : name.startsWith("@") ? undefined : ABSENT_HEADER_VALUE),
+      header: (name) => sent[name] ?? (name.startsWith("@") ? undefined : ABSENT_HEADER_VALUE),
     },
     names.map((name): ComponentIdentifier => [name, new Map()]),
     [
@@ -69,12 +74,7 @@ export function signedHeaders(context: ProbeContext, agent: AgentKey, call: Sign
     agent.privateKey,
     "sig1",
   );
-  return {
-    ...(body === undefined ? {} : { "content-type": "application/json" }),
-    ...(digest === undefined ? {} : { "content-digest": digest }),
-    ...signatureHeaderPair([signature]),
-    ...call.headers,
-  };
+  return { ...sent, ...signatureHeaderPair([signature]) };
 }
 
 export function sendSigned(context: ProbeContext, agent: AgentKey, call: SignedCall): Promise<HttpResponse> {
@@ -220,9 +220,8 @@ export const missingTargetUri = broken(
 );
 
 /**
- * Upstream §5.5 asks only that the required components be covered, so a service may accept a
- * signature covering more. What no verifier can accept is a covered component the request does
- * not carry (RFC 9421 §3.2: the signature base cannot be built), which is what is sent here.
+ * A covered component the request does not carry: no verifier can build the signature base
+ * (RFC 9421 §3.2). Refused whatever a service makes of extra components.
  */
 export const extraComponent = broken(
   "service.signature.extra-component",
@@ -233,6 +232,24 @@ export const extraComponent = broken(
     url: shape.accounts,
     components: ["@method", "@target-uri", "content-digest", ABSENT_HEADER],
   }),
+);
+
+/**
+ * Upstream's conformance document (service rule 2) asks a service to "reject requests with extra
+ * or missing components": the covered set is exactly core §5.2's (`@method`, `@target-uri`, and
+ * `content-digest` exactly when there is a body), not a minimum, although core §5.5 only lists the
+ * check for the required ones. Extra components here are ones the request does carry, so the
+ * signature is otherwise good: `content-type` on a POST, the derived `@authority` on a GET (which
+ * core §5.2 dropped from the profile).
+ */
+export const extraCarriedComponent = broken(
+  "service.signature.extra-carried-component",
+  "a signature also covering a component the request carries (content-type, @authority) is 401 invalid_signature",
+  "invalid_signature",
+  (_, shape) => [
+    { method: "POST", url: shape.accounts, components: ["@method", "@target-uri", "content-digest", "content-type"] },
+    { method: "GET", url: shape.me, components: ["@method", "@target-uri", "@authority"] },
+  ],
 );
 
 export const wrongDigest = broken(
