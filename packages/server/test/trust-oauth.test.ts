@@ -43,6 +43,25 @@ function assertOAuthError(answer: PageAnswer, status: number, error: string): vo
   assert.equal(answer.headers.get("cache-control"), "no-store");
 }
 
+async function pkce() {
+  const verifier = client.randomPKCECodeVerifier();
+  return { verifier, challenge: await client.calculatePKCECodeChallenge(verifier) };
+}
+
+/** A `Retry-After` of whole seconds within `[1, max]`. */
+function assertRetryAfterWithin(answer: PageAnswer, max: number): void {
+  const seconds = Number(answer.headers.get("retry-after"));
+  assert.ok(Number.isInteger(seconds) && seconds >= 1 && seconds <= max, `Retry-After ${seconds}`);
+}
+
+/** A refusal a person's browser shows: an HTML page of that status, no redirect, a Retry-After. */
+function assertRefusalPage(answer: PageAnswer, status: number, maxRetryAfter: number): void {
+  assert.equal(answer.status, status, answer.text);
+  assert.match(answer.headers.get("content-type") ?? "", /^text\/html/);
+  assert.equal(answer.location, undefined);
+  assertRetryAfterWithin(answer, maxRetryAfter);
+}
+
 describe("OAuth for MCP at the attestor", () => {
   let ca: TestCA;
   let cimd: HttpsHost;
@@ -85,6 +104,8 @@ describe("OAuth for MCP at the attestor", () => {
             TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
             PROTO_FETCH_ALLOW_PRIVATE: "1",
             PROTO_FETCH_RESOLVE: `${CIMD_HOST}:${cimd.port}:127.0.0.1`,
+            // Tests speak from other client addresses through X-Forwarded-For.
+            TRUSTED_PROXIES: "127.0.0.1",
           },
         });
         jwks = createLocalJWKSet((await h.request("GET", "/.well-known/jwks.json")).json);
@@ -262,11 +283,6 @@ describe("OAuth for MCP at the attestor", () => {
           clientId = registered.json.client_id;
         });
 
-        async function pkce() {
-          const verifier = client.randomPKCECodeVerifier();
-          return { verifier, challenge: await client.calculatePKCECodeChallenge(verifier) };
-        }
-
         /** The code at the token endpoint, as the client that asked for it. */
         function redeem(code: string, verifier: string, resource?: string): Promise<PageAnswer> {
           return tokenRequest({
@@ -412,6 +428,73 @@ describe("OAuth for MCP at the attestor", () => {
             400,
             "invalid_grant",
           );
+        });
+
+        test("a code presented again is refused, and the refresh token of its first redemption is refused from then on", async () => {
+          const p = await pkce();
+          const { redirect } = await authorize(p.challenge);
+          const code = redirect.searchParams.get("code") ?? "";
+          const tokens = await redeem(code, p.verifier, RESOURCE);
+          assert.equal(tokens.status, 200, tokens.text);
+          assertOAuthError(await redeem(code, p.verifier, RESOURCE), 400, "invalid_grant");
+          const refreshed = await tokenRequest({
+            grant_type: "refresh_token",
+            refresh_token: tokens.json.refresh_token,
+            client_id: clientId,
+          });
+          assertOAuthError(refreshed, 400, "invalid_grant");
+          assert.match(refreshed.json.error_description, /revoked/);
+        });
+
+        test("two concurrent redemptions of one code: one token response, one invalid_grant, and the grant ends", async () => {
+          const p = await pkce();
+          const { redirect } = await authorize(p.challenge);
+          const code = redirect.searchParams.get("code") ?? "";
+          const answers = await Promise.all([redeem(code, p.verifier), redeem(code, p.verifier)]);
+          const ok = answers.filter((a) => a.status === 200);
+          assert.equal(ok.length, 1, answers.map((a) => a.text).join("\n"));
+          assertOAuthError(answers.find((a) => a.status !== 200) as PageAnswer, 400, "invalid_grant");
+          assertOAuthError(
+            await tokenRequest({
+              grant_type: "refresh_token",
+              refresh_token: ok[0]?.json.refresh_token,
+              client_id: clientId,
+            }),
+            400,
+            "invalid_grant",
+          );
+        });
+
+        test("a token request with the wrong code_verifier, redirect_uri or client_id does not use the code up: the right one after it succeeds", async () => {
+          const other = await new Browserless(trustUrl).send("POST", "/oidc/register", {
+            json: { client_name: "Other Client", redirect_uris: [CALLBACK] },
+          });
+          assert.equal(other.status, 201, other.text);
+          const p = await pkce();
+          const { redirect } = await authorize(p.challenge);
+          const code = redirect.searchParams.get("code") ?? "";
+          const right = {
+            grant_type: "authorization_code",
+            code,
+            code_verifier: p.verifier,
+            client_id: clientId,
+            redirect_uri: CALLBACK,
+          };
+          for (const wrong of [
+            { code_verifier: (await pkce()).verifier },
+            { redirect_uri: `${CALLBACK}/other` },
+            { client_id: other.json.client_id as string },
+          ]) {
+            assertOAuthError(await tokenRequest({ ...right, ...wrong }), 400, "invalid_grant");
+          }
+          const tokens = await tokenRequest(right);
+          assert.equal(tokens.status, 200, tokens.text);
+          const refreshed = await tokenRequest({
+            grant_type: "refresh_token",
+            refresh_token: tokens.json.refresh_token,
+            client_id: clientId,
+          });
+          assert.equal(refreshed.status, 200, "the wrong requests ended nothing");
         });
 
         test("a resource at the token request other than the code's: invalid_target", async () => {
@@ -588,6 +671,171 @@ describe("OAuth for MCP at the attestor", () => {
             assert.match(answer.text, /metadata document/, path);
             assert.doesNotMatch(answer.text, /Let .* use/, path);
           }
+        });
+      });
+
+      /** A redemption of a code nobody was given, by the client `clientId` names. */
+      const strayRedemption = (clientId: string) => ({
+        grant_type: "authorization_code",
+        code: "a-code-nobody-was-given",
+        code_verifier: "v".repeat(43),
+        client_id: clientId,
+        redirect_uri: CALLBACK,
+      });
+      const authorizePath = (clientId: string, challenge = "a".repeat(43)) =>
+        `/oidc/authorize?${new URLSearchParams({
+          client_id: clientId,
+          redirect_uri: CALLBACK,
+          response_type: "code",
+          scope: "notes",
+          code_challenge: challenge,
+          code_challenge_method: "S256",
+          resource: RESOURCE,
+        })}`;
+
+      describe("what naming a client_id URL can make the attestor fetch", () => {
+        const fetchesOf = (path: string) => cimd.requests.filter((r) => r.path === path).length;
+        const from = (address: string) => new Browserless(trustUrl, { "x-forwarded-for": address });
+
+        const redeemAs = (path: string, address: string) =>
+          from(address).send("POST", "/oidc/token", { form: strayRedemption(cimdUrl(path)) });
+        const authorizeAt = (b: Browserless, path: string, challenge?: string) =>
+          b.get(authorizePath(cimdUrl(path), challenge));
+
+        test("20 concurrent token requests naming a client whose host never answers make one fetch between them; each is invalid_client", async () => {
+          const path = `/silent-${randomUUID()}.json`;
+          cimd.misbehave(path, "hang");
+          const answers = await Promise.all(
+            Array.from({ length: 20 }, (_, i) => redeemAs(path, `198.51.100.${i + 1}`)),
+          );
+          for (const answer of answers) assertOAuthError(answer, 401, "invalid_client");
+          assert.equal(fetchesOf(path), 1);
+        });
+
+        test("a document that could not be fetched is not fetched again for 60 s: the same refusal meanwhile, one fetch after", async () => {
+          const path = `/gone-${randomUUID()}.json`;
+          cimd.route(path, { status: 404 });
+          const anon = from("198.51.100.100");
+          const first = await authorizeAt(anon, path);
+          assert.equal(first.status, 400, first.text);
+          assert.match(first.text, /metadata document could not be fetched/);
+          assert.equal(fetchesOf(path), 1);
+          await h.advance(58);
+          const again = await authorizeAt(from("198.51.100.101"), path);
+          assert.equal(again.status, 400, again.text);
+          assert.match(again.text, /metadata document could not be fetched/);
+          assertOAuthError(await redeemAs(path, "198.51.100.102"), 401, "invalid_client");
+          assert.equal(fetchesOf(path), 1, "answered from memory");
+          await h.advance(3);
+          assert.equal((await authorizeAt(anon, path)).status, 400);
+          assert.equal(fetchesOf(path), 2, "fetched again after the 60 s");
+        });
+
+        test("one address naming new client_id URLs gets 429 with Retry-After past 20 a minute (a page, and slow_down at the token endpoint); a person elsewhere meanwhile signs in through a first-time client", async () => {
+          const person = new Browserless(trustUrl);
+          await signInByEmail(h, person, `cimd-fresh-${randomUUID()}@mail.test`);
+          const prefix = `/many-${randomUUID()}`;
+          const caller = from("203.0.113.66");
+          const answers: PageAnswer[] = [];
+          for (let i = 0; i < 40; i++) answers.push(await authorizeAt(caller, `${prefix}-${i}.json`));
+          assert.deepEqual(
+            answers.map((a) => a.status),
+            [...Array(20).fill(400), ...Array(20).fill(429)],
+          );
+          for (const refused of answers.slice(20)) assertRefusalPage(refused, 429, 60);
+          assert.match(answers[20]?.text ?? "", /Too many attempts/);
+          assert.equal(cimd.requests.filter((r) => r.path.startsWith(prefix)).length, 20, "one fetch each, 20 in all");
+          const token = await redeemAs(`${prefix}-token.json`, "203.0.113.66");
+          assertOAuthError(token, 429, "slow_down");
+          assertRetryAfterWithin(token, 60);
+          assert.equal(fetchesOf(`${prefix}-token.json`), 0);
+
+          // Meanwhile a person at another address uses a client nobody used before, start to end.
+          const path = `/fresh-${randomUUID()}.json`;
+          cimd.route(path, {
+            headers: { "cache-control": "max-age=600" },
+            body: { client_id: cimdUrl(path), client_name: "Fresh Client", redirect_uris: [CALLBACK] },
+          });
+          const p = await pkce();
+          const consent = await authorizeAt(person, path, p.challenge);
+          assert.match(consent.text, /Let Fresh Client use notes\.test:8443 as you\?/);
+          const back = await answerConsent(person, consent, "allow");
+          assert.equal(back.status, 302, back.text);
+          const tokens = await tokenRequest({
+            grant_type: "authorization_code",
+            code: new URL(back.location ?? "").searchParams.get("code") ?? "",
+            code_verifier: p.verifier,
+            client_id: cimdUrl(path),
+            redirect_uri: CALLBACK,
+          });
+          assert.equal(tokens.status, 200, tokens.text);
+          assert.equal((await verifyAccessToken(tokens.json.access_token)).client_id, cimdUrl(path));
+          assert.equal(typeof tokens.json.refresh_token, "string");
+          assert.equal(fetchesOf(path), 1);
+        });
+
+        test("the authorization endpoint is limited per address: past 120 a minute, a 429 page with Retry-After; other addresses go on", async () => {
+          await h.alignTo(60);
+          const caller = from("203.0.113.120");
+          const query = `/oidc/authorize?${new URLSearchParams({ client_id: "nobody", redirect_uri: CALLBACK })}`;
+          const statuses: number[] = [];
+          for (let i = 0; i < 120; i++) statuses.push((await caller.get(query)).status);
+          assert.deepEqual(statuses, Array(120).fill(400));
+          const refused = await caller.get(query);
+          assertRefusalPage(refused, 429, 60);
+          assert.equal((await from("203.0.113.121").get(query)).status, 400);
+        });
+      });
+
+      describe("with one fetch slot (TRUST_OAUTH_CLIENT_FETCH_CONCURRENCY=1)", () => {
+        let one: TrustHarness;
+        before(async () => {
+          one = await startTrustHarness(variant, {
+            fetchCa: ca.certPem,
+            env: {
+              TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
+              TRUST_OAUTH_CLIENT_FETCH_CONCURRENCY: "1",
+              PROTO_FETCH_ALLOW_PRIVATE: "1",
+              PROTO_FETCH_RESOLVE: `${CIMD_HOST}:${cimd.port}:127.0.0.1`,
+            },
+          });
+        });
+        after(() => one?.close());
+
+        test("while it is out, a request that needs another fetch is 503 with Retry-After: temporarily_unavailable at the token endpoint, a page at the authorization endpoint", async () => {
+          const held = `/held-${randomUUID()}.json`;
+          const waiting = cimdUrl(`/waiting-${randomUUID()}.json`);
+          let arrived = () => {};
+          const arrival = new Promise<void>((resolve) => {
+            arrived = resolve;
+          });
+          let release = () => {};
+          const released = new Promise<void>((resolve) => {
+            release = resolve;
+          });
+          cimd.route(held, async (_req, res) => {
+            arrived();
+            await released;
+            res.writeHead(404).end();
+          });
+          const b = new Browserless(one.url);
+          const first = b.send("POST", "/oidc/token", { form: strayRedemption(cimdUrl(held)) });
+          await arrival;
+          const busy = await b.send("POST", "/oidc/token", { form: strayRedemption(waiting) });
+          assertOAuthError(busy, 503, "temporarily_unavailable");
+          assert.equal(busy.headers.get("retry-after"), "3");
+          const page = await b.get(authorizePath(waiting));
+          assertRefusalPage(page, 503, 3);
+          assert.match(page.text, /Temporarily unavailable/);
+          release();
+          assertOAuthError(await first, 401, "invalid_client");
+          // The slot is free again: the other document is fetched (and is not there).
+          assertOAuthError(
+            await b.send("POST", "/oidc/token", { form: strayRedemption(waiting) }),
+            401,
+            "invalid_client",
+          );
+          assert.equal(cimd.requests.filter((r) => waiting.endsWith(r.path)).length, 1);
         });
       });
 

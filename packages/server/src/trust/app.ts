@@ -14,7 +14,7 @@ import { KeyRing } from "./keys.js";
 import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
 import { trustMetrics } from "./metrics.js";
 import { type TrustSchema, trustMigrations } from "./migrations.js";
-import { ClientRegistry, MAX_METADATA_DOCUMENT_BYTES } from "./oidc/client-registry.js";
+import { ClientRegistry, MAX_METADATA_DOCUMENT_BYTES, METADATA_FETCH_TIMEOUT_MS } from "./oidc/client-registry.js";
 import { purgeEndedGrants } from "./oidc/grants.js";
 import { oidcProvider } from "./oidc/provider.js";
 import { paymentWiring, withExtraPages } from "./payment/plugin.js";
@@ -200,10 +200,16 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
       allowPrivate: config.platform.fetch.allowPrivate,
       resolve: config.platform.fetch.resolve,
       maxBytes: MAX_METADATA_DOCUMENT_BYTES,
-      timeoutMs: 3000,
+      timeoutMs: METADATA_FETCH_TIMEOUT_MS,
       userAgent: "proto-trust/0.1 (client metadata)",
       ...(options.fetchCa ? { ca: options.fetchCa } : {}),
     }),
+    bounds: {
+      limiter: parts.limiter,
+      perAddress: config.settings.rateLimits.oauthClientFetch,
+      maxConcurrent: config.settings.clientMetadata.maxConcurrentFetches,
+      failureCacheSeconds: config.settings.clientMetadata.failureCacheSeconds,
+    },
   });
   await app.register(oidcProvider, {
     service,

@@ -44,6 +44,8 @@ function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["r
     token: defaults.token,
     read: defaults.read,
     oauth_register: defaults.oauthRegister,
+    oauth_authorize: defaults.oauthAuthorize,
+    oauth_client_fetch: defaults.oauthClientFetch,
   });
   return {
     linkStart: scoped.link_start,
@@ -52,6 +54,8 @@ function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["r
     token: scoped.token,
     read: scoped.read,
     oauthRegister: scoped.oauth_register,
+    oauthAuthorize: scoped.oauth_authorize,
+    oauthClientFetch: scoped.oauth_client_fetch,
     tokenPerBinding: { ...defaults.tokenPerBinding, limit: dailyLimit },
   };
 }
@@ -86,6 +90,20 @@ export function readTrustConfig(env: Env = process.env, platform?: PlatformConfi
       WBA_DIRECTORY_MAX_KEYS_LIMIT,
     ),
     rateLimits: readRateLimits(reader, dailyLimit),
+    clientMetadata: {
+      maxConcurrentFetches: reader.integer(
+        "TRUST_OAUTH_CLIENT_FETCH_CONCURRENCY",
+        defaults.clientMetadata.maxConcurrentFetches,
+        1,
+        10_000,
+      ),
+      failureCacheSeconds: reader.integer(
+        "TRUST_OAUTH_CLIENT_FAILURE_CACHE_SECONDS",
+        defaults.clientMetadata.failureCacheSeconds,
+        1,
+        3600,
+      ),
+    },
   };
   const problemsBefore = reader.problems.length;
   const secrets = readTrustSecrets(reader, base.production, dataDirectory(databaseUrl));

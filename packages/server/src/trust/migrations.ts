@@ -125,6 +125,7 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0008_oidc_consents": oidcConsents(engine),
     "0009_passkeys": passkeys(engine),
     "0010_oauth": oauth(engine),
+    "0011_code_grants": codeGrants(),
   };
 }
 
@@ -172,6 +173,18 @@ function oauth(engine: Engine): Migration {
   return {
     async up(db: Kysely<unknown>) {
       for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
+}
+
+/**
+ * The grant a redeemed code created, so that the code presented again revokes it (RFC 6749
+ * §4.1.2): set in the transaction that redeems the code. No foreign key: ended grants are purged.
+ */
+function codeGrants(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql.raw("alter table trust_oidc_codes add column grant_id text").execute(db);
     },
   };
 }
@@ -398,6 +411,8 @@ export interface HumanSideSchema {
     created_at: number;
     expires_at: number;
     used_at: number | null;
+    /** The grant its redemption created (codes for a resource); null before, and for sign-ins. */
+    grant_id: string | null;
   };
   trust_oauth_grants: {
     id: string;

@@ -25,6 +25,17 @@ export interface TrustSettings {
     read: RateLimitRule;
     /** RFC 7591 registrations per client address (MCP clients register once per install). */
     oauthRegister: RateLimitRule;
+    /** Authorization requests (`GET /oidc/authorize`) per client address. */
+    oauthAuthorize: RateLimitRule;
+    /** Client metadata documents fetched because of one client address (cached ones are free). */
+    oauthClientFetch: RateLimitRule;
+  };
+  /** Outbound fetches of client metadata documents (https `client_id`s), for all addresses together. */
+  clientMetadata: {
+    /** Fetches out at once; past it a request that needs one more is answered 503. */
+    maxConcurrentFetches: number;
+    /** A document that could not be fetched or read is answered as such this long, not fetched again. */
+    failureCacheSeconds: number;
   };
 }
 
@@ -51,5 +62,10 @@ export const DEFAULT_TRUST_SETTINGS: TrustSettings = {
     tokenPerBinding: { name: "trust.token_binding", limit: 10_000, windowSeconds: 86400 },
     read: { name: "trust.read", limit: 600, windowSeconds: 60 },
     oauthRegister: { name: "trust.oauth_register", limit: 20, windowSeconds: 3600 },
+    // A sign-in through a client is two or three authorization requests, and one document fetch
+    // for a client not seen in the last minute or more.
+    oauthAuthorize: { name: "trust.oauth_authorize", limit: 120, windowSeconds: 60 },
+    oauthClientFetch: { name: "trust.oauth_client_fetch", limit: 20, windowSeconds: 60 },
   },
+  clientMetadata: { maxConcurrentFetches: 50, failureCacheSeconds: 60 },
 };

@@ -3,6 +3,7 @@ import type { SafeFetcher } from "@proto/protocol";
 import type { Clock } from "../../platform/clock.js";
 import { isSingleLine } from "../../platform/input-rules.js";
 import type { Db } from "../store.js";
+import { BoundedFetches, type FetchBounds, type Fetched } from "./bounded-fetches.js";
 import type { OidcClient } from "./clients.js";
 
 /**
@@ -27,6 +28,8 @@ const MAX_NAME_LENGTH = 100;
 const MAX_URI_LENGTH = 2048;
 /** CIMD documents are small; MCP suggests 5 KB as the most a server should read. */
 export const MAX_METADATA_DOCUMENT_BYTES = 5 * 1024;
+/** The longest a metadata document fetch may take. */
+export const METADATA_FETCH_TIMEOUT_MS = 3000;
 const METADATA_CACHE_ENTRIES = 1000;
 const METADATA_CACHE_MIN_SECONDS = 60;
 const METADATA_CACHE_DEFAULT_SECONDS = 300;
@@ -130,17 +133,25 @@ export interface ClientRegistryOptions {
   registered: OidcClient[];
   /** Fetches metadata documents: public addresses only, no redirects, bounded. */
   fetcher: SafeFetcher;
+  /** What the metadata documents that requests name may cost (the fetcher's timeout is the busy Retry-After). */
+  bounds: Omit<FetchBounds, "busyRetryAfterSeconds">;
 }
 
 /** Finds the client a request names, and registers new ones. */
 export class ClientRegistry {
   readonly #options: ClientRegistryOptions;
   readonly #registered: Map<string, OAuthClient>;
-  /** Metadata documents by URL, until their cache lifetime ends (oldest dropped past the bound). */
-  readonly #documents = new Map<string, { client: OAuthClient; until: number }>();
+  /** Metadata documents by URL: kept for their cache lifetime, failures briefly, fetches bounded. */
+  readonly #documents: BoundedFetches<OAuthClient>;
 
   constructor(options: ClientRegistryOptions) {
     this.#options = options;
+    this.#documents = new BoundedFetches({
+      clock: options.clock,
+      bounds: { ...options.bounds, busyRetryAfterSeconds: Math.ceil(METADATA_FETCH_TIMEOUT_MS / 1000) },
+      maxEntries: METADATA_CACHE_ENTRIES,
+      load: (url) => this.#load(url),
+    });
     this.#registered = new Map(
       options.registered.map((c) => [
         c.client_id,
@@ -157,13 +168,14 @@ export class ClientRegistry {
 
   /**
    * The client `clientId` names: registered, dynamic, or a metadata document fetched (and kept
-   * for its cache lifetime within bounds). Undefined for an unknown id; a ClientProblem when a
-   * metadata document cannot be had or is not acceptable.
+   * for its cache lifetime within bounds) on behalf of the request from `address`. Undefined for
+   * an unknown id; a ClientProblem when a metadata document cannot be had or is not acceptable;
+   * FetchRefused when fetching it now would exceed the bounds.
    */
-  async find(clientId: string): Promise<OAuthClient | undefined> {
+  async find(clientId: string, address: string): Promise<OAuthClient | undefined> {
     const registered = this.#registered.get(clientId);
     if (registered !== undefined) return registered;
-    if (isMetadataDocumentId(clientId)) return this.#document(clientId);
+    if (isMetadataDocumentId(clientId)) return this.#documents.get(clientId, address);
     if (!clientId.startsWith("dyn_") || clientId.length > 64) return undefined;
     const row = await this.#options.db
       .selectFrom("trust_oauth_clients")
@@ -214,10 +226,7 @@ export class ClientRegistry {
     return { client_id: clientId, ...read, source: "dynamic", issuedAt: Math.floor(now / 1000) };
   }
 
-  async #document(url: string): Promise<OAuthClient> {
-    const now = this.#options.clock.now();
-    const cached = this.#documents.get(url);
-    if (cached !== undefined && cached.until > now) return cached.client;
+  async #load(url: string): Promise<Fetched<OAuthClient>> {
     let response: Awaited<ReturnType<SafeFetcher["get"]>>;
     try {
       response = await this.#options.fetcher.get(url, { accept: "application/json" });
@@ -247,12 +256,6 @@ export class ClientRegistry {
     if (document.client_secret !== undefined) throw new ClientProblem("a metadata document must not hold a secret");
     const read = readMetadata(document, new URL(url).host);
     const client: OAuthClient = { client_id: url, ...read, source: "metadata_document" };
-    if (this.#documents.size >= METADATA_CACHE_ENTRIES) {
-      const oldest = this.#documents.keys().next().value;
-      if (oldest !== undefined) this.#documents.delete(oldest);
-    }
-    this.#documents.delete(url);
-    this.#documents.set(url, { client, until: now + cacheSeconds(response.headers["cache-control"]) * 1000 });
-    return client;
+    return { value: client, keepSeconds: cacheSeconds(response.headers["cache-control"]) };
   }
 }

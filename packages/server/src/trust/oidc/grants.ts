@@ -47,13 +47,13 @@ async function issueRefreshToken(db: Db, grantId: string, now: number): Promise<
   return token;
 }
 
-/** Records a grant and answers its first refresh token. */
+/** Records a grant (under `id`, when the caller chose it) and answers its first refresh token. */
 export async function createGrant(
   db: Db,
   grant: NewGrant,
   now: number,
+  id: string = randomUUID(),
 ): Promise<{ grantId: string; refreshToken: string }> {
-  const id = randomUUID();
   await db
     .insertInto("trust_oauth_grants")
     .values({
@@ -73,7 +73,8 @@ export async function createGrant(
   return { grantId: id, refreshToken: await issueRefreshToken(db, id, now) };
 }
 
-async function revokeFamily(db: Db, grantId: string, now: number): Promise<void> {
+/** Ends a grant: none of its refresh tokens refreshes any more. */
+export async function revokeFamily(db: Db, grantId: string, now: number): Promise<void> {
   await db
     .updateTable("trust_oauth_grants")
     .set({ revoked_at: now })

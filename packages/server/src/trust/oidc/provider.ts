@@ -14,6 +14,7 @@ import type { TrustSettings } from "../settings.js";
 import { sendConsentPage } from "../web/consent.js";
 import { sendMessage } from "../web/layout.js";
 import type { SessionManager } from "../web/session.js";
+import { FetchRefused } from "./bounded-fetches.js";
 import { ClientProblem, type ClientRegistry, type OAuthClient, redirectsOnlyToLoopback } from "./client-registry.js";
 import * as consents from "./consents.js";
 import { hasActiveGrant } from "./grants.js";
@@ -90,6 +91,12 @@ const consentForm = {
 } as const;
 
 const registrationBody = { type: "object", maxProperties: 50 } as const;
+
+/** The page of a refusal for too many requests from one address. */
+function tooMany(reply: FastifyReply, retryAfterSeconds: number): FastifyReply {
+  reply.header("retry-after", String(retryAfterSeconds));
+  return sendMessage(reply, 429, "Too many attempts", `Please wait ${retryAfterSeconds} seconds and try again.`);
+}
 
 /** A single string parameter; a repeated one (an array) is not one. */
 const single = (value: unknown): string | undefined => (typeof value === "string" ? value : undefined);
@@ -195,12 +202,26 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
    * answered with a page (there is nowhere safe to send it); any other mistake goes back to the
    * client as an OAuth error.
    */
-  async function checkRequest(q: AuthorizeQuery, reply: FastifyReply): Promise<CheckedRequest | FastifyReply> {
+  async function checkRequest(
+    q: AuthorizeQuery,
+    address: string,
+    reply: FastifyReply,
+  ): Promise<CheckedRequest | FastifyReply> {
     const clientId = single(q.client_id);
     let client: OAuthClient | undefined;
     try {
-      client = clientId === undefined || clientId.length > 2048 ? undefined : await clients.find(clientId);
+      client = clientId === undefined || clientId.length > 2048 ? undefined : await clients.find(clientId, address);
     } catch (error) {
+      if (error instanceof FetchRefused) {
+        if (error.status === 429) return tooMany(reply, error.retryAfterSeconds);
+        reply.header("retry-after", String(error.retryAfterSeconds));
+        return sendMessage(
+          reply,
+          503,
+          "Temporarily unavailable",
+          `The application could not be looked up right now. Try again in ${error.retryAfterSeconds} seconds.`,
+        );
+      }
       if (!(error instanceof ClientProblem)) throw error;
       return sendMessage(
         reply,
@@ -278,6 +299,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         created_at: now,
         expires_at: now + CODE_TTL_SECONDS * 1000,
         used_at: null,
+        grant_id: null,
       })
       .execute();
     return redirectWith(reply, checked.redirectUri, { code, state: checked.state });
@@ -306,8 +328,10 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   }
 
   app.get<{ Querystring: AuthorizeQuery }>(OAUTH_PATHS.authorization, async (request, reply) => {
+    const limit = await deps.limiter.hit(deps.settings.rateLimits.oauthAuthorize, rateLimitKey("ip", request.ip));
+    if (!limit.allowed) return tooMany(reply, limit.retryAfterSeconds);
     const q = request.query;
-    const checked = await checkRequest(q, reply);
+    const checked = await checkRequest(q, request.ip, reply);
     if (!("client" in checked)) return checked;
     const fail = (error: string, description: string) =>
       redirectWith(reply, checked.redirectUri, { error, error_description: description, state: checked.state });
@@ -376,7 +400,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       preHandler: app.csrfProtection,
     },
     async (request, reply) => {
-      const checked = await checkRequest(request.body, reply);
+      const checked = await checkRequest(request.body, request.ip, reply);
       if (!("client" in checked)) return checked;
       const session = await sessions.current(request);
       if (session === undefined) {

@@ -4,13 +4,15 @@ import { SignJWT } from "jose";
 import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
 import { type RateLimiter, rateLimitKey } from "../../platform/rate-limit.js";
-import { hashToken, randomToken } from "../../platform/tokens.js";
+import { randomToken } from "../../platform/tokens.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
 import type { TrustSettings } from "../settings.js";
 import { type AccessTokenClaims, signAccessToken } from "./access-token.js";
-import type { ClientRegistry, OAuthClient } from "./client-registry.js";
-import { createGrant, rotateRefreshToken } from "./grants.js";
+import { FetchRefused } from "./bounded-fetches.js";
+import { ClientProblem, type ClientRegistry, type OAuthClient } from "./client-registry.js";
+import { type CodeRow, findCode, redeemCode, revokeRedeemed } from "./codes.js";
+import { rotateRefreshToken } from "./grants.js";
 import { AssertionError, verifyAgentAssertion } from "./jwt-bearer.js";
 import { JWT_BEARER_GRANT, OAUTH_PATHS, PHISHING_RESISTANT } from "./metadata.js";
 import { OAuthError } from "./oauth-error.js";
@@ -59,8 +61,8 @@ export class TokenEndpoint {
 
   async exchange(body: TokenRequest, clientIp: string): Promise<Record<string, unknown>> {
     const grantType = field(body, "grant_type");
-    if (grantType === "authorization_code") return this.#authorizationCode(body);
-    if (grantType === "refresh_token") return this.#refresh(body);
+    if (grantType === "authorization_code") return this.#authorizationCode(body, clientIp);
+    if (grantType === "refresh_token") return this.#refresh(body, clientIp);
     if (grantType === JWT_BEARER_GRANT) return this.#jwtBearer(body, clientIp);
     throw new OAuthError(
       "unsupported_grant_type",
@@ -68,19 +70,29 @@ export class TokenEndpoint {
     );
   }
 
-  async #client(body: TokenRequest): Promise<OAuthClient> {
+  /** The client the request names; a metadata document is fetched on behalf of `clientIp`. */
+  async #client(body: TokenRequest, clientIp: string): Promise<OAuthClient> {
     const clientId = field(body, "client_id");
     let client: OAuthClient | undefined;
     try {
-      client = await this.#deps.clients.find(clientId);
-    } catch {
+      client = await this.#deps.clients.find(clientId, clientIp);
+    } catch (error) {
+      if (error instanceof FetchRefused) {
+        throw new OAuthError(
+          error.status === 429 ? "slow_down" : "temporarily_unavailable",
+          error.message,
+          error.status,
+          { "retry-after": String(error.retryAfterSeconds) },
+        );
+      }
+      if (!(error instanceof ClientProblem)) throw error;
       client = undefined;
     }
     if (client === undefined) throw new OAuthError("invalid_client", "unknown client", 401);
     return client;
   }
 
-  async #authorizationCode(body: TokenRequest): Promise<Record<string, unknown>> {
+  async #authorizationCode(body: TokenRequest, clientIp: string): Promise<Record<string, unknown>> {
     const clientId = field(body, "client_id");
     const code = field(body, "code");
     // Every code here was issued with a S256 challenge, so a request without its verifier is
@@ -88,26 +100,13 @@ export class TokenEndpoint {
     const verifier = field(body, "code_verifier");
     const redirectUri = field(body, "redirect_uri");
     const asked = optionalResource(body, this.#deps.production);
-    const client = await this.#client(body);
+    const client = await this.#client(body, clientIp);
     const db = this.#deps.service.database.db;
     const now = this.#deps.clock.now();
-    const hash = hashToken(code);
-    // One atomic update redeems the code: of two concurrent redemptions exactly one gets a token.
-    const redeemed = await db
-      .updateTable("trust_oidc_codes")
-      .set({ used_at: now })
-      .where("code_hash", "=", hash)
-      .where("used_at", "is", null)
-      .where("expires_at", ">", now)
-      .executeTakeFirst();
-    if (Number(redeemed.numUpdatedRows) !== 1) {
-      throw new OAuthError("invalid_grant", "the code is invalid, expired or used");
-    }
-    const row = await db
-      .selectFrom("trust_oidc_codes")
-      .selectAll()
-      .where("code_hash", "=", hash)
-      .executeTakeFirstOrThrow();
+    const row = await findCode(db, code);
+    if (row === undefined) throw new OAuthError("invalid_grant", "the code is invalid, expired or used");
+    // Everything that proves the request is the code's own client is checked before the code is
+    // touched: whoever merely saw a code can neither use it up nor end the access it gave.
     if (row.client_id !== clientId || row.redirect_uri !== redirectUri) {
       throw new OAuthError("invalid_grant", "the code was issued to another client or redirect_uri");
     }
@@ -116,11 +115,26 @@ export class TokenEndpoint {
     if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
       throw new OAuthError("invalid_grant", "code_verifier does not match the code_challenge");
     }
+    if (row.used_at !== null) return this.#replayed(row, now);
+    if (row.expires_at <= now) throw new OAuthError("invalid_grant", "the code is invalid, expired or used");
     // RFC 8707 §2.2: the token request may name the resource again, and then only the same one.
     if (asked !== undefined && asked !== row.resource) {
       throw new OAuthError("invalid_target", "resource differs from the one the code was issued for");
     }
     const scope = row.scope ?? "openid";
+    const grant =
+      row.resource === null
+        ? undefined
+        : {
+            humanId: row.human_id,
+            clientId,
+            clientName: client.client_name,
+            resource: row.resource,
+            scope,
+            authMethod: row.auth_method,
+          };
+    const redeemed = await redeemCode(db, row, grant, now);
+    if (redeemed === undefined) return this.#replayed(row, now);
     const response: Record<string, unknown> = {};
     if (scope.split(" ").includes("openid")) {
       response.id_token = await this.#idToken(client, row.human_id, row.nonce, row.auth_method, now);
@@ -130,38 +144,32 @@ export class TokenEndpoint {
       // OAuth clients require one, and it grants nothing here (no userinfo or API behind it).
       return { access_token: randomToken("", 32), ...response, token_type: "Bearer", expires_in: ID_TOKEN_TTL_SECONDS };
     }
-    const grant = await createGrant(
-      db,
-      {
-        humanId: row.human_id,
-        clientId,
-        clientName: client.client_name,
-        resource: row.resource,
-        scope,
-        authMethod: row.auth_method,
-      },
-      now,
-    );
     await this.#deps.clients.touch(client);
     const access = await this.#accessToken(row.human_id, row.resource, clientId, scope, row.auth_method, now);
     return {
       access_token: access.token,
       token_type: "Bearer",
       expires_in: access.expiresIn,
-      refresh_token: grant.refreshToken,
+      refresh_token: redeemed.refreshToken,
       ...withScope(scope),
       ...response,
     };
   }
 
-  async #refresh(body: TokenRequest): Promise<Record<string, unknown>> {
+  /** A code used before, presented again by its own client: refused, and the access it gave ends. */
+  async #replayed(row: CodeRow, now: number): Promise<never> {
+    await revokeRedeemed(this.#deps.service.database.db, row, now);
+    throw new OAuthError("invalid_grant", "the code was already used: the access it gave is revoked");
+  }
+
+  async #refresh(body: TokenRequest, clientIp: string): Promise<Record<string, unknown>> {
     const token = field(body, "refresh_token");
     const clientId = field(body, "client_id");
     const asked = optionalResource(body, this.#deps.production);
     const askedScope = body.scope === undefined ? undefined : parseScope(body.scope);
     if (askedScope === undefined && body.scope !== undefined)
       throw new OAuthError("invalid_scope", "scope is malformed");
-    await this.#client(body);
+    await this.#client(body, clientIp);
     const now = this.#deps.clock.now();
     const rotation = await rotateRefreshToken(this.#deps.service.database.db, token, clientId, now, (grant) => {
       if (asked !== undefined && asked !== grant.resource) {

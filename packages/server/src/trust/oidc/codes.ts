@@ -1,0 +1,54 @@
+import { randomUUID } from "node:crypto";
+import type { Kysely } from "kysely";
+import { hashToken } from "../../platform/tokens.js";
+import type { TrustSchema } from "../migrations.js";
+import type { Db } from "../store.js";
+import { createGrant, type NewGrant, revokeFamily } from "./grants.js";
+
+/** An authorization code as stored (by its hash), with what it was issued for. */
+export type CodeRow = TrustSchema["trust_oidc_codes"];
+
+/** The stored code, whatever its state: the token request is checked against it before it is used. */
+export function findCode(db: Db, code: string): Promise<CodeRow | undefined> {
+  return db.selectFrom("trust_oidc_codes").selectAll().where("code_hash", "=", hashToken(code)).executeTakeFirst();
+}
+
+/**
+ * Uses a code once, and records the grant it gives (codes for a resource) in the same
+ * transaction: of concurrent redemptions exactly one commits, and whoever sees the code used sees
+ * its grant too. Undefined when the code was used (or lapsed) meanwhile.
+ */
+export function redeemCode(
+  db: Kysely<TrustSchema>,
+  row: CodeRow,
+  grant: NewGrant | undefined,
+  now: number,
+): Promise<{ refreshToken: string | undefined } | undefined> {
+  return db.transaction().execute(async (trx) => {
+    const grantId = grant === undefined ? null : randomUUID();
+    const used = await trx
+      .updateTable("trust_oidc_codes")
+      .set({ used_at: now, grant_id: grantId })
+      .where("code_hash", "=", row.code_hash)
+      .where("used_at", "is", null)
+      .where("expires_at", ">", now)
+      .executeTakeFirst();
+    if (Number(used.numUpdatedRows) !== 1) return undefined;
+    if (grant === undefined || grantId === null) return { refreshToken: undefined };
+    return { refreshToken: (await createGrant(trx, grant, now, grantId)).refreshToken };
+  });
+}
+
+/**
+ * A redeemed code presented again: whoever redeemed it first may not be its client, so the grant
+ * it gave is revoked, and no refresh token issued from it works any more (RFC 6749 §4.1.2).
+ */
+export async function revokeRedeemed(db: Db, row: CodeRow, now: number): Promise<void> {
+  const current = await db
+    .selectFrom("trust_oidc_codes")
+    .select("grant_id")
+    .where("code_hash", "=", row.code_hash)
+    .executeTakeFirst();
+  const grantId = current?.grant_id;
+  if (typeof grantId === "string") await revokeFamily(db, grantId, now);
+}
