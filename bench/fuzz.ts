@@ -1,18 +1,20 @@
 /**
- * The long fuzz run: generated bad requests to every route of the directory, the attestor and the
- * notes service (the same generator and rules as the fuzz tests, @proto/testkit/fuzz), printing
+ * The long fuzz run: generated bad requests to every route of the directory, the attestor, the
+ * notes service and the kit's Express and Hono adapters (the same generator and rules as the fuzz
+ * tests, @proto/testkit/fuzz), printing
  * counts by status per server and every failing case once (by route, problem and kind of
  * breakage) with an example request. Exit status 1 on any failure.
  *
  *   node --conditions=source --import tsx bench/fuzz.ts [--requests 100000] [--seed N]
  *        [--concurrency 16] [--store sqlite|postgres]
  *
- * --requests is the total, split evenly over the three servers. --store postgres needs
+ * --requests is the total, split evenly over the five targets. --store postgres needs
  * TEST_POSTGRES_URL (and uses Redis when TEST_REDIS_URL is set).
  */
 import { parseArgs } from "node:util";
 import { type FuzzReport, formatReport, fuzzTarget } from "@proto/testkit/fuzz";
 import { startNotesTarget } from "../examples/service/test/support/fuzz-target.js";
+import { startExpressTarget, startHonoTarget } from "../packages/kit/test/support/fuzz-targets.js";
 import { startDirectoryTarget, startTrustTarget } from "../packages/server/test/support/fuzz-targets.js";
 import type { StoreVariant } from "../packages/server/test/support/stores.js";
 import { printLine } from "./report.js";
@@ -40,6 +42,8 @@ const starters = [
   () => startDirectoryTarget(variant),
   () => startTrustTarget(variant),
   () => startNotesTarget(variant),
+  () => startExpressTarget(variant),
+  () => startHonoTarget(variant),
 ];
 const perTarget = Math.ceil(total / starters.length);
 printLine(`fuzz: ${perTarget * starters.length} requests (seed ${seed}, ${concurrency} at a time, ${variant.name})`);

@@ -17,6 +17,8 @@ import { isJson } from "./request-body.js";
 import type { SignedAgentIdentity } from "./signed-agents.js";
 
 export type { RequireAgentOptions } from "./guard.js";
+/** Node's refusals before routing in the envelope: `protoClientErrors(server)` on the server you listen with. */
+export { protoClientErrors } from "./node-server.js";
 
 // Express declares its request type in this global namespace.
 declare global {

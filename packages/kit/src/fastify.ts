@@ -3,7 +3,7 @@
  * instance is the one you pass in.
  */
 import { Readable } from "node:stream";
-import { ProtoError, refuseBadHost, routerError, socketErrorResponder, type TransportError } from "@proto/protocol";
+import { ProtoError, refuseBadHost, routerError, socketErrorResponder } from "@proto/protocol";
 import type {
   FastifyInstance,
   FastifyPluginAsync,
@@ -20,6 +20,7 @@ import { guardRequest, type RequireAgentOptions } from "./guard.js";
 import { errorResponse, type KitRequest, type KitResponse, mergeChallenges, publicUrlFor, toHeaders } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
 import type { BearerContext, ProtectedResource, ProtectedResourceOptions } from "./mcp-resource.js";
+import { transportEnvelope } from "./node-server.js";
 import type { SignedAgentIdentity } from "./signed-agents.js";
 
 export type { RequireAgentOptions } from "./guard.js";
@@ -122,9 +123,6 @@ export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHa
 export function agentRoute(kit: Kit, options: RequireAgentOptions = {}) {
   return { preParsing: captureRawBody, preHandler: requireAgent(kit, options) };
 }
-
-const transportEnvelope = ({ status, message }: TransportError) =>
-  new ProtoError("malformed_request", status, message).toEnvelope();
 
 /**
  * Options for `Fastify({...})` so that what is refused before any route is known (oversized

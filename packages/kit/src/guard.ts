@@ -3,9 +3,10 @@
  * allows, an anonymous caller on an optional route, or the answer that refuses the request. The
  * Fastify, Express and Hono adapters only translate requests and answers around it.
  */
-import { attemptedProtocol } from "@proto/protocol";
+import { attemptedProtocol, protoError } from "@proto/protocol";
 import type { KitRequest, KitResponse } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
+import { isJson, MAX_JSON_DEPTH, nestsDeeperThan } from "./request-body.js";
 import {
   SignedAgentChallenge,
   type SignedAgentIdentity,
@@ -36,6 +37,16 @@ export type GuardOutcome =
   | { pass: true; proto: AgentContext | null; signedAgent: SignedAgentIdentity | null }
   | { pass: false; response: KitResponse };
 
+/** A JSON body the handler would get nested past `MAX_JSON_DEPTH`: its refusal (400), else undefined. */
+function boundedBody(kit: Kit, headers: Headers, request: KitRequest): GuardOutcome | undefined {
+  if (request.body === undefined || !isJson(headers) || !nestsDeeperThan(request.body, MAX_JSON_DEPTH))
+    return undefined;
+  const refusal = protoError("malformed_request", {
+    message: `the JSON body nests deeper than ${MAX_JSON_DEPTH} levels`,
+  });
+  return { pass: false, response: kit.errorResponse(refusal, { headers }) };
+}
+
 /**
  * Runs the guard. `request` builds the kit's view of the request (reading the body may fail: a
  * body too large is answered like any refusal); it is not called for an anonymous caller of an
@@ -49,13 +60,18 @@ export async function guardRequest(
   request: () => KitRequest | Promise<KitRequest>,
 ): Promise<GuardOutcome> {
   if (options.optional === true && !attemptedProtocol(headers)) return { pass: true, proto: null, signedAgent: null };
+  let kitRequest: KitRequest | undefined;
   try {
-    const proto = await kit.authenticateRequest(await request(), route);
-    return { pass: true, proto, signedAgent: null };
+    kitRequest = await request();
+    const proto = await kit.authenticateRequest(kitRequest, route);
+    return boundedBody(kit, headers, kitRequest) ?? { pass: true, proto, signedAgent: null };
   } catch (error) {
     if (error instanceof SignedAgentChallenge) {
       const policy = options.signedAgents ?? (options.optional === true ? "allow" : "challenge");
-      if (policy === "allow") return { pass: true, proto: null, signedAgent: signedAgentIdentity(error.agent) };
+      if (policy === "allow") {
+        const refused = kitRequest === undefined ? undefined : boundedBody(kit, headers, kitRequest);
+        return refused ?? { pass: true, proto: null, signedAgent: signedAgentIdentity(error.agent) };
+      }
       if (policy === "refuse") return { pass: false, response: kit.errorResponse(signedAgentRefused(), { headers }) };
     }
     return { pass: false, response: kit.errorResponse(error, { headers }) };

@@ -17,6 +17,8 @@ import type { AgentContext, Kit } from "./kit.js";
 import type { SignedAgentIdentity } from "./signed-agents.js";
 
 export type { RequireAgentOptions } from "./guard.js";
+/** Node's refusals before routing in the envelope: `protoClientErrors(server)` on the server you listen with. */
+export { protoClientErrors } from "./node-server.js";
 
 /** What the guard sets: `c.get("proto")`, `c.get("signedAgent")`. */
 export interface ProtoVariables {

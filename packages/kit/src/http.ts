@@ -1,4 +1,4 @@
-import { appendChallenge, type ProtoError } from "@proto/protocol";
+import { appendChallenge, ProtoError, protoError } from "@proto/protocol";
 import { kitError } from "./errors.js";
 
 /** A request as the kit's core sees it, whatever the framework: the public URL and the exact body bytes. */
@@ -122,10 +122,16 @@ export async function readFetchBody(request: Request, maxBytes: number): Promise
   if (request.body === null) return undefined;
   const chunks: Uint8Array[] = [];
   let total = 0;
-  for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
-    total += chunk.byteLength;
-    if (total > maxBytes) throw kitError("payload_too_large");
-    chunks.push(chunk);
+  try {
+    for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
+      total += chunk.byteLength;
+      if (total > maxBytes) throw kitError("payload_too_large");
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    if (error instanceof ProtoError) throw error;
+    // The client went away or broke the framing mid-body: its mistake, not the service's.
+    throw protoError("malformed_request", { message: "the request body could not be read" });
   }
   return total === 0 ? undefined : Buffer.concat(chunks);
 }

@@ -62,6 +62,7 @@ export {
   ProtectedResource,
   resourceSubjectAudience,
 } from "./mcp-resource.js";
+export { protoClientErrors } from "./node-server.js";
 export type { RekeyResult, RevocationResult } from "./owner.js";
 export type { RateLimitDecision, RateLimiter } from "./rate-limit.js";
 export { MemoryRateLimiter, StoreRateLimiter } from "./rate-limit.js";

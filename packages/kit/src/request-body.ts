@@ -16,6 +16,34 @@ export function parseJsonObject(body: Uint8Array | undefined): Record<string, un
   return value as Record<string, unknown>;
 }
 
+/**
+ * How deep a JSON body handed to the application may nest. Nothing in an agent API needs more,
+ * and much deeper values overflow the stack of recursive code downstream (`JSON.stringify` fails
+ * near 5,000 levels): refused before any handler sees them.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** Whether the JSON text in `body` nests arrays and objects deeper than `max` (strings skipped). */
+export function nestsDeeperThan(body: Uint8Array, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < body.length; i++) {
+    const byte = body[i];
+    if (inString) {
+      // A backslash escapes the next byte; a quote ends the string.
+      if (byte === 0x5c) i++;
+      else if (byte === 0x22) inString = false;
+    } else if (byte === 0x22) {
+      inString = true;
+    } else if (byte === 0x5b || byte === 0x7b) {
+      if (++depth > max) return true;
+    } else if (byte === 0x5d || byte === 0x7d) {
+      depth--;
+    }
+  }
+  return false;
+}
+
 export function isJson(headers: Headers): boolean {
   return /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(headers.get("content-type") ?? "");
 }

@@ -1,11 +1,10 @@
 import assert from "node:assert/strict";
-import { once } from "node:events";
-import type { AddressInfo } from "node:net";
 import { test } from "node:test";
-import { agentRoute, createService } from "@proto/kit/express";
+import { agentRoute } from "@proto/kit/express";
 import express from "express";
 import type { Kit } from "../src/index.js";
-import { type AdapterApp, adapterJourney } from "./support/adapter-journey.js";
+import { type AdapterApp, expressApp, startExpress } from "./support/adapter-apps.js";
+import { adapterJourney } from "./support/adapter-journey.js";
 import { CodeLedger } from "./support/service.js";
 
 /**
@@ -13,47 +12,22 @@ import { CodeLedger } from "./support/service.js";
  * every adapter goes through (signed, attested, tampered, replayed, optional, raw targets).
  */
 
-async function start(kit: Kit): Promise<AdapterApp> {
-  const app = express();
-  app.use(createService(kit));
-  app.get("/api/whoami", agentRoute(kit), (req, res) => {
-    res.json({ did: req.proto?.did, state: req.proto?.account.state });
+/** The journey's application, and two routes of this suite's own. */
+function start(kit: Kit): Promise<AdapterApp> {
+  const app = expressApp(kit, (app) => {
+    // A wiring mistake: a body parser before the guard leaves no bytes to verify.
+    app.post("/api/parsed-first", express.json(), agentRoute(kit), (_req, res) => {
+      res.json({});
+    });
+    // A router under a prefix, guarded as a whole: `req.url` loses `/v2`, the agent signed it.
+    const v2 = express.Router();
+    v2.use(agentRoute(kit));
+    v2.post("/notes", (req, res) => {
+      res.json({ did: req.proto?.did, note: req.body });
+    });
+    app.use("/v2", v2);
   });
-  app.post("/api/notes", agentRoute(kit), (req, res) => {
-    res.json({ did: req.proto?.did, note: req.body, raw: Buffer.from(req.proto?.body ?? []).toString("utf8") });
-  });
-  app.get("/api/maybe", agentRoute(kit, { optional: true }), (req, res) => {
-    res.json({ did: req.proto?.did ?? null });
-  });
-  app.get(
-    "/api/bearer-too",
-    (_req, res, next) => {
-      res.setHeader("www-authenticate", 'Bearer realm="notes"');
-      next();
-    },
-    agentRoute(kit),
-    (req, res) => {
-      res.json({ did: req.proto?.did });
-    },
-  );
-  // A wiring mistake: a body parser before the guard leaves no bytes to verify.
-  app.post("/api/parsed-first", express.json(), agentRoute(kit), (_req, res) => {
-    res.json({});
-  });
-  // A router under a prefix, guarded as a whole: `req.url` loses `/v2`, the agent signed it.
-  const v2 = express.Router();
-  v2.use(agentRoute(kit));
-  v2.post("/notes", (req, res) => {
-    res.json({ did: req.proto?.did, note: req.body });
-  });
-  app.use("/v2", v2);
-  const server = app.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
+  return startExpress(app);
 }
 
 adapterJourney("Express adapter", start, (context) => {

@@ -1,13 +1,11 @@
 import assert from "node:assert/strict";
-import { once } from "node:events";
-import type { AddressInfo } from "node:net";
 import { test } from "node:test";
-import { serve } from "@hono/node-server";
-import { agentRoute, createService } from "@proto/kit/hono";
+import { agentRoute } from "@proto/kit/hono";
 import { signRequest } from "@proto/protocol";
-import { Hono } from "hono";
+import type { Hono } from "hono";
 import type { Kit } from "../src/index.js";
-import { type AdapterApp, adapterJourney, ORIGIN, toAnswer } from "./support/adapter-journey.js";
+import { type AdapterApp, honoApp, startHono } from "./support/adapter-apps.js";
+import { adapterJourney, ORIGIN, toAnswer } from "./support/adapter-journey.js";
 import { CodeLedger } from "./support/service.js";
 
 /**
@@ -16,52 +14,23 @@ import { CodeLedger } from "./support/service.js";
  * request, as on workers, where only the serialised URL is left to verify.
  */
 
+/** The journey's application, and a route of this suite's own. */
 function build(kit: Kit): Hono {
-  const app = new Hono();
-  app.use(createService(kit));
-  app.get("/api/whoami", agentRoute(kit), (c) =>
-    c.json({ did: c.get("proto")?.did, state: c.get("proto")?.account.state }),
-  );
-  app.post("/api/notes", agentRoute(kit), async (c) =>
-    c.json({
-      did: c.get("proto")?.did,
-      // The guard read a clone: the handler reads the body as usual.
-      note: await c.req.json(),
-      raw: Buffer.from(c.get("proto")?.body ?? []).toString("utf8"),
-    }),
-  );
-  app.get("/api/maybe", agentRoute(kit, { optional: true }), (c) => c.json({ did: c.get("proto")?.did ?? null }));
-  app.get(
-    "/api/bearer-too",
-    async (c, next) => {
-      c.header("WWW-Authenticate", 'Bearer realm="notes"');
-      await next();
-    },
-    agentRoute(kit),
-    (c) => c.json({ did: c.get("proto")?.did }),
-  );
-  // A wiring mistake: the body read before the guard leaves no bytes to verify.
-  app.post(
-    "/api/read-first",
-    async (c, next) => {
-      await c.req.json();
-      await next();
-    },
-    agentRoute(kit),
-    (c) => c.json({}),
-  );
-  return app;
+  return honoApp(kit, (app) => {
+    // A wiring mistake: the body read before the guard leaves no bytes to verify.
+    app.post(
+      "/api/read-first",
+      async (c, next) => {
+        await c.req.json();
+        await next();
+      },
+      agentRoute(kit),
+      (c) => c.json({}),
+    );
+  });
 }
 
-async function start(kit: Kit): Promise<AdapterApp> {
-  const server = serve({ fetch: build(kit).fetch, port: 0, hostname: "127.0.0.1" });
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
+const start = (kit: Kit): Promise<AdapterApp> => startHono(build(kit));
 
 adapterJourney("Hono adapter (@hono/node-server)", start, (context) => {
   const target = "/api/whoami?q=it's";
@@ -94,6 +63,30 @@ adapterJourney("Hono adapter (@hono/node-server)", start, (context) => {
     const request = new Request(`${ORIGIN}/api/whoami?q=mine`, { headers });
     const answer = await toAnswer(await build(context.kit).fetch(request, { incoming: { url: other } }));
     new CodeLedger().expect(answer, 401, "invalid_signature");
+  });
+
+  test("a body that breaks off mid-stream (the client went away) is 400 malformed_request, nothing reported", async () => {
+    const agent = await context.signedUp();
+    const body = '{"text":"a note"}';
+    const headers = signRequest(
+      { method: "POST", url: ORIGIN, target: "/api/notes", body },
+      { keyid: agent.did, privateKey: agent.privateKey, created: context.clock.nowSeconds() },
+    ).headers;
+    const broken = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(Buffer.from(body.slice(0, 5)));
+        controller.error(new Error("aborted"));
+      },
+    });
+    const request = new Request(`${ORIGIN}/api/notes`, {
+      method: "POST",
+      headers: { ...headers, "content-type": "application/json" },
+      body: broken,
+      duplex: "half",
+    } as RequestInit);
+    const answer = await toAnswer(await build(context.kit).fetch(request));
+    new CodeLedger().expect(answer, 400, "malformed_request");
+    assert.deepEqual(context.unexpected, []);
   });
 
   test("a body read before the guard is a wiring mistake: 500 internal_error, reported to onError", async () => {

@@ -3,6 +3,7 @@ import { request as httpRequest } from "node:http";
 import { after, before, describe, test } from "node:test";
 import { findProtoChallenge, parseWwwAuthenticate, signRequest } from "@proto/protocol";
 import { createKit, type Kit } from "../../src/index.js";
+import type { AdapterApp } from "./adapter-apps.js";
 import { type Answer, TestAttestor } from "./attestor.js";
 import { type Agent, emailAddress, TestClock } from "./env.js";
 import { CodeLedger } from "./service.js";
@@ -24,12 +25,6 @@ export const SERVICE_DID = "did:web:notes.example";
 export const MAX_BODY_BYTES = 4096;
 const ME = "/proto/v1/accounts/me";
 const INVITE = "/proto/v1/accounts/me/owner-invitation";
-
-export interface AdapterApp {
-  /** Where the server listens: `http://127.0.0.1:PORT`. */
-  url: string;
-  close(): Promise<void>;
-}
 
 export interface SuiteContext {
   readonly kit: Kit;
@@ -299,6 +294,20 @@ export function adapterJourney(
       ledger.expect(await send("POST", "/api/notes", { headers, body: stream }), 413, "payload_too_large");
       // The server is fine afterwards.
       assert.equal((await signed(agent, "GET", "/api/whoami")).status, 200);
+    });
+
+    test("a signed JSON body nested deeper than 64 levels is 400 malformed_request before the handler", async () => {
+      const agent = await signedUp();
+      const nested = (depth: number) => `${"[".repeat(depth)}${"]".repeat(depth)}`;
+      const allowed = await signed(agent, "POST", "/api/notes", { body: nested(64) });
+      assert.equal(allowed.status, 200, allowed.text);
+      // Strings do not count: brackets inside them are text.
+      const text = await signed(agent, "POST", "/api/notes", { body: JSON.stringify({ text: "[".repeat(500) }) });
+      assert.equal(text.status, 200, text.text);
+      // Within maxBodyBytes; at 5,000 levels echoing the body overflowed JSON.stringify's stack (a 500).
+      for (const body of [nested(65), nested(2000), `${'{"a":'.repeat(600)}1${"}".repeat(600)}`]) {
+        ledger.expect(await signed(agent, "POST", "/api/notes", { body }), 400, "malformed_request");
+      }
     });
 
     test("a request-target with ' in the query, signed exactly as sent, is verified as received", async () => {
