@@ -115,6 +115,10 @@ export const KIT_SPECIFIC_ERRORS = {
       "This e-mail link was already used to sign in, and it works only once. If that was you, go on in the window where you used it; otherwise ask the agent for a new invitation.",
   },
   kit_mail_unavailable: { status: 503, message: "The invitation mail could not be sent; try again later" },
+  kit_store_unavailable: {
+    status: 503,
+    message: "This service cannot reach its database right now; nothing was changed, try again shortly",
+  },
   kit_attestor_unavailable: {
     status: 503,
     message: "The attestor cannot be reached to check this request's credentials; try again shortly",

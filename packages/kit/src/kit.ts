@@ -61,6 +61,7 @@ import { type NewOwnerSession, type OwnerSession, OwnerSessions } from "./sessio
 import { AttestorSignIn } from "./signin.js";
 import { openKitStore } from "./store/kysely-store.js";
 import type { AccountRecord, KitStore } from "./store/types.js";
+import { answeringOutages } from "./store-outages.js";
 
 export type { AgentContext, InvitationEvent } from "./core.js";
 
@@ -280,7 +281,9 @@ export class Kit {
   readonly #timer: NodeJS.Timeout;
 
   /** @internal use `createKit`. */
-  constructor(options: KitOptions, store: KitStore, ownsStore: boolean) {
+  constructor(options: KitOptions, givenStore: KitStore, ownsStore: boolean) {
+    // Every part below reaches the store through this: a database outage is 503, not 500.
+    const store = answeringOutages(givenStore);
     const publicUrl = new URL(options.publicUrl);
     this.origin = publicUrl.origin;
     this.#now = options.now ?? Date.now;

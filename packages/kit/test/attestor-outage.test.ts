@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { type AddressInfo, connect, createServer, type Server, type Socket } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { signRequest } from "@proto/protocol";
+import { startTcpProxy, type TcpProxy } from "@proto/testkit";
 import Fastify, { type FastifyInstance } from "fastify";
 import {
   agentRoute,
@@ -36,55 +36,6 @@ import {
 
 reportSkippedEngines();
 
-/** A TCP relay to `target` that can refuse every connection (and drop the open ones) on demand. */
-class Relay {
-  #down = false;
-  readonly #sockets = new Set<Socket>();
-  readonly #server: Server;
-  readonly #target: number;
-  port = 0;
-
-  private constructor(target: number) {
-    this.#target = target;
-    this.#server = createServer((inbound) => this.#relay(inbound));
-  }
-
-  static async start(target: number): Promise<Relay> {
-    const relay = new Relay(target);
-    await new Promise<void>((resolve) => relay.#server.listen(0, "127.0.0.1", resolve));
-    relay.port = (relay.#server.address() as AddressInfo).port;
-    return relay;
-  }
-
-  #relay(inbound: Socket): void {
-    if (this.#down) {
-      inbound.destroy();
-      return;
-    }
-    const outbound = connect(this.#target, "127.0.0.1");
-    for (const socket of [inbound, outbound]) {
-      this.#sockets.add(socket);
-      socket.on("close", () => this.#sockets.delete(socket));
-      socket.on("error", () => undefined);
-    }
-    inbound.pipe(outbound).pipe(inbound);
-  }
-
-  cut(): void {
-    this.#down = true;
-    for (const socket of this.#sockets) socket.destroy();
-  }
-
-  restore(): void {
-    this.#down = false;
-  }
-
-  async close(): Promise<void> {
-    this.cut();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-  }
-}
-
 /** 503 `kit_attestor_unavailable`, `Retry-After` in whole seconds, and no challenge to re-authenticate. */
 function assertUnavailable(got: Answer, retryAfter: number): void {
   assert.equal(got.status, 503, got.text);
@@ -101,7 +52,7 @@ for (const engine of ENGINES) {
     let store: KitStore;
     let clock: TestClock;
     let attestor: TestAttestor;
-    let relay: Relay;
+    let relay: TcpProxy;
     let kit: Kit;
     let app: FastifyInstance;
     let origin: string;
@@ -112,7 +63,7 @@ for (const engine of ENGINES) {
       store = await openKitStore(database.url);
       clock = new TestClock();
       attestor = await TestAttestor.start(clock, []);
-      relay = await Relay.start(Number(new URL(attestor.url).port));
+      relay = await startTcpProxy("127.0.0.1", Number(new URL(attestor.url).port));
       const port = await freePort();
       origin = `http://127.0.0.1:${port}`;
       serviceDid = `did:web:127.0.0.1%3A${port}`;

@@ -24,6 +24,8 @@ export {
   formatProtoChallenge,
   parseWwwAuthenticate,
 } from "./challenge.js";
+export type { Dependency } from "./dependency-errors.js";
+export { DependencyUnavailable, OUTAGE_RETRY_AFTER_SECONDS, unavailableDependency } from "./dependency-errors.js";
 export type { DidParseResult, DidUrlComponent, ParsedDid, ParsedDidKey, ParsedDidWeb } from "./did.js";
 export { didUrlComponent, didWebHost, didWebMatchesHost, isDidSyntax, MAX_DID_LENGTH, parseDid } from "./did.js";
 export type { DidKeyErrorCode } from "./did-key.js";

@@ -15,6 +15,7 @@ import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { encodeDidKey } from "@proto/protocol";
+import { startTcpProxy, type TcpProxy } from "@proto/testkit";
 import pg from "pg";
 import { FEED_APPLICATION_NAME } from "../src/directory/listing-changes.js";
 import {
@@ -25,7 +26,6 @@ import {
 } from "./support/directory.js";
 import { within } from "./support/eventually.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
-import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.js";
 
 reportSkippedVariants();
 

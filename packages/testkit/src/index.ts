@@ -29,5 +29,7 @@ export type { HostileRedirect } from "./redirects.js";
 export { hasRawControlCharacter, hostileRedirects } from "./redirects.js";
 export type { Sentinel, SentinelOptions } from "./sentinel.js";
 export { startSentinel } from "./sentinel.js";
+export type { TcpProxy } from "./tcp-proxy.js";
+export { startTcpProxy } from "./tcp-proxy.js";
 export type { VectorFile, VectorFolder } from "./vectors.js";
 export { loadVectorFile, loadVectors, vectorsDir } from "./vectors.js";

@@ -1,9 +1,10 @@
 import { connect, createServer, type Server, type Socket } from "node:net";
 
 /**
- * A TCP relay on loopback in front of a server (PostgreSQL here), whose link the test can break:
- * `cut` closes every connection and refuses new ones; `stall` stops relaying bytes without closing
- * anything (a network partition: neither side hears from the other); `restore` undoes either.
+ * A TCP relay on loopback in front of a server (PostgreSQL, an attestor's key set), whose link the
+ * test can break: `cut` closes every connection and refuses new ones; `stall` stops relaying bytes
+ * without closing anything (a network partition: neither side hears from the other); `restore`
+ * undoes either.
  */
 export interface TcpProxy {
   port: number;

@@ -493,18 +493,29 @@ function openSqlite(path: string): SqliteDialect {
   return new SqliteDialect({ database: handle });
 }
 
+/** How long a new PostgreSQL connection may take before the query that wanted it fails. */
+const PG_CONNECT_TIMEOUT_MS = 2_000;
+
 function openPostgres(url: string, poolSize: number): PostgresDialect {
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize,
+    // A database that does not answer fails the request (503) instead of holding it.
+    connectionTimeoutMillis: PG_CONNECT_TIMEOUT_MS,
+    // A connection whose server vanished without a word (a network partition) is noticed.
+    keepAlive: true,
     // Millisecond timestamps are BIGINT columns; they fit a double exactly.
     types: {
       getTypeParser: (oid: number, format?: "text" | "binary") =>
         oid === 20 ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format),
     },
   });
-  // An idle connection the server drops is reported here; the next query opens a new one.
+  // A connection the server drops (restart, failover, a cut network) emits 'error'. The pool
+  // listens on idle connections only; one checked out for a query has no listener but the one
+  // attached when it is made, and unhandled the event would end the process. The query itself
+  // fails (503 `kit_store_unavailable`), the pool discards the connection, the next one is new.
   pool.on("error", () => undefined);
+  pool.on("connect", (client) => client.on("error", () => undefined));
   return new PostgresDialect({ pool });
 }
 
