@@ -67,6 +67,10 @@ function jsonRpcProblem(answer: RawAnswer, method: string): string | undefined {
 
 const isHtml = (answer: RawAnswer) => /^text\/html/i.test(header(answer, "content-type") ?? "");
 
+/** The request names `text/html` in its `Accept`, as a browser does (the servers then answer pages). */
+const asksForHtml = (request: FuzzRequest) =>
+  request.headers.some(([name, value]) => name.toLowerCase() === "accept" && /text\/html/i.test(value));
+
 /**
  * A redirect must stay on `origins` as a browser resolves it (tabs and newlines dropped,
  * backslashes as slashes): `/\t/evil.example` is `//evil.example`, another site.
@@ -105,8 +109,10 @@ export function judge(request: FuzzRequest, result: RawResult, origins: string[]
   // (414), is refused before any route is chosen: the envelope.
   const path = request.target.split("?")[0] ?? "";
   const lenient = request.transport || request.offRoute || !decodes(path) || overlong(path);
-  // Off its route, the not-found envelope is the right answer whatever the route was.
+  // Off its route, the not-found envelope is the right answer whatever the route was, and so is
+  // the servers' "page not found" for a browser, which asks for HTML.
   if (request.offRoute && !success && envelopeProblem(answer, request.method) === undefined) return undefined;
+  if (request.offRoute && status === 404 && isHtml(answer) && asksForHtml(request)) return undefined;
   // Refused before any route is chosen (framing, header size): the envelope, whatever the route.
   if (request.kind === "oauth" && !success && lenient && envelopeProblem(answer, request.method) === undefined) {
     return undefined;
