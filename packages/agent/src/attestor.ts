@@ -1,7 +1,7 @@
 /** Client of the trust attestor: the link flow, attestation minting, the per-audience token cache. */
 import { encodeBase64url, isDidSyntax } from "@proto/protocol";
 import { type AttestationSource, accepts, issuerOf, notAccepted, tokenNotAccepted } from "./accepted.js";
-import { AttestorError, type ServerErrorInit, UsageError } from "./errors.js";
+import { AttestorError, notLinkedMessage, type ServerErrorInit, UsageError } from "./errors.js";
 import { errorFromResponse, HttpClient, type HttpOptions, isOk, normaliseBaseUrl, parseJson } from "./http.js";
 import type { AgentIdentity } from "./identity.js";
 import type { AgentStore, BindingRecord } from "./store.js";
@@ -224,6 +224,8 @@ export class AttestorClient implements AttestationSource {
         this.tokenCache.delete(this.url, this.identity.did, aud);
         throw suspendedError(error, aud, this.url);
       }
+      // The attestor's own words ("run the link flow") do not say how; the command does.
+      if (error.code === "unauthorized" && error.status === 401) throw withMessage(error, notLinkedMessage(this.url));
       const gone = BINDING_GONE[error.code];
       if (gone !== undefined) {
         this.tokenCache.delete(this.url, this.identity.did);
@@ -372,10 +374,18 @@ const attestorError = (init: ServerErrorInit) => new AttestorError(init);
  * account page).
  */
 function suspendedError(error: AttestorError, aud: string, attestorUrl: string): AttestorError {
+  return withMessage(
+    error,
+    `the person who linked this agent suspended it for the service ${aud}; no attestation for that service until they restore it on ${attestorUrl}/account (other services are not affected)`,
+  );
+}
+
+/** The same refusal (status, code, Retry-After, details) in other words. */
+function withMessage(error: AttestorError, message: string): AttestorError {
   return new AttestorError({
     status: error.status,
     code: error.code,
-    message: `the person who linked this agent suspended it for the service ${aud}; no attestation for that service until they restore it on ${attestorUrl}/account (other services are not affected)`,
+    message,
     url: error.url,
     retryAfter: error.retryAfter,
     details: error.details,

@@ -120,6 +120,14 @@ export class DiscoveryError extends AgentError {
   }
 }
 
+/**
+ * An attestor's refusal to mint for a key it has no binding for, in words that name the command
+ * which links it: the SDK's error and the CLI's line say the same.
+ */
+export function notLinkedMessage(attestorUrl: string): string {
+  return `this agent's key is not linked to a person at ${attestorUrl}: run \`proto trust link --attestor ${attestorUrl}\` to link it`;
+}
+
 /** Bad input or missing configuration, found before anything is sent. */
 export class UsageError extends AgentError {
   override name = "UsageError";

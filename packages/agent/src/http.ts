@@ -5,6 +5,7 @@
  */
 import { parseErrorEnvelope } from "@proto/protocol";
 import { NetworkError, type ServerError, type ServerErrorInit, UsageError } from "./errors.js";
+import { isTlsCode, tlsReason } from "./tls-errors.js";
 
 /** A WHATWG `fetch`: the global one, or one that trusts a test CA (`testFetch` of the test kit). */
 export type FetchFunction = typeof globalThis.fetch;
@@ -144,8 +145,6 @@ export function origin(url: string): string {
   }
 }
 
-const TLS_CODE = /^(CERT_|ERR_TLS_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|ERR_SSL_|HOSTNAME_MISMATCH)/;
-
 /** The first `code` in an error's cause chain (undici nests it; happy eyeballs aggregates it). */
 function errorCode(error: unknown, depth = 0): string | undefined {
   if (depth > 5 || typeof error !== "object" || error === null) return undefined;
@@ -175,10 +174,8 @@ function innermostMessage(error: unknown): string {
 export function networkError(error: unknown, url: string): NetworkError {
   const host = origin(url);
   const code = errorCode(error);
-  if (code !== undefined && TLS_CODE.test(code)) {
-    return new NetworkError("tls_error", `cannot reach ${host}: TLS certificate not accepted (${code})`, url, {
-      cause: error,
-    });
+  if (code !== undefined && isTlsCode(code)) {
+    return new NetworkError("tls_error", `cannot reach ${host}: ${tlsReason(code)}`, url, { cause: error });
   }
   const reasons: Record<string, string> = {
     ECONNREFUSED: "connection refused",

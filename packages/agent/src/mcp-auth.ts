@@ -17,7 +17,7 @@ import type {
 import type { FetchLike } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { encodeBase64url } from "@proto/protocol";
 import type { Agent } from "./agent.js";
-import { AgentError, AttestorError, AuthError } from "./errors.js";
+import { AgentError, AttestorError, AuthError, notLinkedMessage } from "./errors.js";
 import { sameBaseUrl } from "./home-layout.js";
 import { type FetchFunction, networkError, oneLine } from "./http.js";
 import type { BindingRecord } from "./store.js";
@@ -323,7 +323,7 @@ export class AgentMcpAuthProvider implements OAuthClientProvider {
     let message = inner?.[2] ?? (description || `the attestor answered HTTP ${response.status}`);
     if (code === "unauthorized") {
       code = "not_linked";
-      message = `this agent's key is not linked to a person at ${attestor}: run \`proto trust link --attestor ${attestor}\``;
+      message = notLinkedMessage(attestor);
     } else if (error === "slow_down") {
       code = "rate_limited";
       message = `${attestor} is limiting token requests: ${message}`;

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { chmodSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { createTestCA, startHttpsHost } from "@proto/testkit";
 import { nextStepFor } from "../src/cli/output.js";
 import {
   type CliResult,
@@ -78,6 +79,23 @@ describe("proto CLI, failures", () => {
     const result = await cli(homes.fresh, "trust", "link", "--attestor", `https://127.0.0.1:${port}`, "--no-browser");
     const line = assertOneLineError(result, 3, "unreachable");
     assert.equal(line, `proto: unreachable: cannot reach https://127.0.0.1:${port}: connection refused`);
+  });
+
+  test("a service whose CA this process does not trust: exit 3, one line naming NODE_EXTRA_CA_CERTS", async () => {
+    // A host under a CA of its own: the CLI trusts the environment's test CA only.
+    const untrusted = await startHttpsHost({ ca: await createTestCA(), hostnames: ["localhost"] });
+    try {
+      untrusted.serveDiscovery(env.site.document());
+      const origin = untrusted.origin();
+      const result = await cli(homes.fresh, "call", `${origin}/proto/v1/hello`, "--attestor", env.trustUrl);
+      const line = assertOneLineError(result, 3, "tls_error");
+      assert.equal(
+        line,
+        `proto: tls_error: cannot reach ${origin}: the server's TLS certificate is not trusted (UNABLE_TO_VERIFY_LEAF_SIGNATURE); if it comes from a development CA, point NODE_EXTRA_CA_CERTS at its PEM (npm run dev: data/dev-ca/ca.pem)`,
+      );
+    } finally {
+      await untrusted.close();
+    }
   });
 
   test("malformed discovery document on call: exit 6", async () => {

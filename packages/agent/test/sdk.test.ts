@@ -68,6 +68,19 @@ describe("SDK against the real servers", () => {
     await assert.rejects(attestor.linkPoll(request.req_id), rejectsWith("link_request_expired", AttestorError));
   });
 
+  test("mint by a key the attestor has no binding for: the error names the command that links it, as the CLI's", async () => {
+    const unlinked = Agent.init({ home: tempHome(), fetch: env.fetch, attestorUrl: env.trustUrl }).agent;
+    await assert.rejects(unlinked.attestor().token(env.site.did), (error: unknown) => {
+      assert.ok(error instanceof AttestorError, String(error));
+      assert.deepEqual([error.code, error.status], ["unauthorized", 401]);
+      assert.equal(
+        error.message,
+        `this agent's key is not linked to a person at ${env.trustUrl}: run \`proto trust link --attestor ${env.trustUrl}\` to link it`,
+      );
+      return true;
+    });
+  });
+
   test("mint: a token the attestor's key set verifies, cached per audience, binding deadline refreshed", async () => {
     const attestor = agent.attestor();
     const aud = env.named.a?.did ?? "";
@@ -294,8 +307,16 @@ describe("SDK against the real servers", () => {
     } finally {
       broken.serveDiscovery({ proto_version: "0.1", service_did: "did:web:localhost", endpoints: {} });
     }
-    // Without the test CA the certificate is refused, as a one-line TLS error.
-    await assert.rejects(discoverService(env.site.origin), rejectsWith("tls_error", NetworkError));
+    // Without the test CA the certificate is refused, as a one-line TLS error that says what to do:
+    // the same words as the CLI's.
+    await assert.rejects(discoverService(env.site.origin), (error: unknown) => {
+      rejectsWith("tls_error", NetworkError)(error);
+      assert.equal(
+        (error as Error).message,
+        `cannot reach ${env.site.origin}: the server's TLS certificate is not trusted (UNABLE_TO_VERIFY_LEAF_SIGNATURE); if it comes from a development CA, point NODE_EXTRA_CA_CERTS at its PEM (npm run dev: data/dev-ca/ca.pem)`,
+      );
+      return true;
+    });
   });
 
   test("directory: register, list with cursor iteration, search, update, withdraw; sessions kept 0600", async () => {

@@ -323,6 +323,46 @@ describe("HTTP layer", () => {
     });
   });
 
+  test("a TLS failure says why the certificate was refused; an untrusted one names NODE_EXTRA_CA_CERTS", async () => {
+    const failing = (code: string) =>
+      new HttpClient({
+        fetch: (async () => {
+          throw Object.assign(new TypeError("fetch failed"), {
+            cause: Object.assign(new Error("certificate refused"), { code }),
+          });
+        }) as typeof fetch,
+      });
+    const messageFor = async (code: string) => {
+      try {
+        await failing(code).request("https://svc.example/x", { method: "GET" });
+      } catch (error) {
+        assert.ok(error instanceof NetworkError);
+        assert.equal(error.code, "tls_error");
+        return error.message;
+      }
+      assert.fail("no error");
+    };
+    for (const code of [
+      "DEPTH_ZERO_SELF_SIGNED_CERT",
+      "SELF_SIGNED_CERT_IN_CHAIN",
+      "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+      "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+    ]) {
+      assert.equal(
+        await messageFor(code),
+        `cannot reach https://svc.example: the server's TLS certificate is not trusted (${code}); if it comes from a development CA, point NODE_EXTRA_CA_CERTS at its PEM (npm run dev: data/dev-ca/ca.pem)`,
+      );
+    }
+    assert.equal(
+      await messageFor("CERT_HAS_EXPIRED"),
+      "cannot reach https://svc.example: the server's TLS certificate has expired (CERT_HAS_EXPIRED)",
+    );
+    assert.equal(
+      await messageFor("ERR_TLS_CERT_ALTNAME_INVALID"),
+      "cannot reach https://svc.example: the server's TLS certificate does not name this host (ERR_TLS_CERT_ALTNAME_INVALID)",
+    );
+  });
+
   test("times out a request that never answers", async () => {
     const hang = ((_input: string | URL | Request, init?: RequestInit) =>
       new Promise((_resolve, reject) => {

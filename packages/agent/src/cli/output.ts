@@ -1,5 +1,5 @@
 /** How the CLI writes: one JSON document on stdout with `--json`, readable text otherwise; errors on one line. */
-import { AgentError, AttestorError, type ErrorKind, ServerError } from "../errors.js";
+import { AgentError, type ErrorKind, ServerError } from "../errors.js";
 import { oneLine } from "../http.js";
 import { block, inline, jsonText } from "./terminal-text.js";
 
@@ -68,17 +68,13 @@ export function describeError(error: unknown): {
 
 /**
  * The attestor's own words where they leave a person at a loss, said in the CLI's: a link request
- * that ends in 410 may just as well have been declined (the attestor does not tell the agent), and
- * the token endpoint's 401 means this key has no binding there. Other messages stay the server's.
+ * that ends in 410 may just as well have been declined (the attestor does not tell the agent).
+ * (The token endpoint's 401 is already worded by the SDK, naming `proto trust link`.) Other
+ * messages stay the server's.
  */
 function forPeople(error: AgentError): string | undefined {
   if (error.code === "link_request_expired") {
     return "the link was not confirmed: the person may have declined it, or the request expired before they confirmed it";
-  }
-  const token = "/v1/token";
-  if (error instanceof AttestorError && error.code === "unauthorized" && error.url.endsWith(token)) {
-    const attestor = error.url.slice(0, -token.length);
-    return `this agent's key is not linked to a person at ${attestor}: run \`proto trust link --attestor ${attestor}\` to link it`;
   }
   return undefined;
 }
