@@ -71,6 +71,19 @@ export interface DiscoveryX402 {
   [unknownKey: string]: unknown;
 }
 
+/**
+ * Where the service's MCP server answers (our extension: upstream agents ignore it). Each value is
+ * a path on the service host or an absolute https URL, resolved as an endpoint is
+ * (`resolveEndpoint`); requests to it carry an OAuth access token, not a signature.
+ */
+export interface DiscoveryMcp {
+  /** The MCP endpoint (Streamable HTTP). */
+  url: string;
+  /** Its RFC 9728 protected resource metadata. */
+  resource_metadata?: string;
+  [unknownKey: string]: unknown;
+}
+
 export interface DiscoveryDocument {
   proto_version: string;
   service_did: string;
@@ -80,6 +93,8 @@ export interface DiscoveryDocument {
   recipient_types?: DiscoveryRecipientType[];
   limits?: DiscoveryLimits;
   billing?: DiscoveryBilling;
+  /** The MCP endpoint, when the service has one. */
+  mcp?: DiscoveryMcp;
   x402?: DiscoveryX402;
   /** Forward compatibility: unknown members are kept and ignored. */
   [unknownKey: string]: unknown;
@@ -151,14 +166,17 @@ const ENDPOINT_KEYS = [
   "key_revocation",
 ] as const;
 
+const MCP_KEYS = ["url", "resource_metadata"] as const;
+
 function unparsableEndpoints(doc: DiscoveryDocument): DiscoveryValidationError[] {
   const errors: DiscoveryValidationError[] = [];
-  for (const key of ENDPOINT_KEYS) {
-    const value = doc.endpoints[key];
+  const check = (value: unknown, path: string) => {
     if (typeof value === "string" && !value.startsWith("/") && !canParse(value)) {
-      errors.push({ path: `/endpoints/${key}`, message: `endpoints.${key}: must be a valid URL` });
+      errors.push({ path, message: `${fieldName(path)}: must be a valid URL` });
     }
-  }
+  };
+  for (const key of ENDPOINT_KEYS) check(doc.endpoints[key], `/endpoints/${key}`);
+  for (const key of MCP_KEYS) check(doc.mcp?.[key], `/mcp/${key}`);
   return errors;
 }
 
@@ -186,11 +204,11 @@ const ALTERNATIVES = new Set<unknown>([
   defOf("httpsUrl"),
   ...(defOf("claimPage").anyOf as unknown[]),
 ]);
+const PATH_OR_HTTPS =
+  'must be a path on the service host (one leading "/") or an absolute https URL (no user name or password, no fragment, no spaces or control characters)';
 const ENDPOINT_MESSAGES = new Map<unknown, string>([
-  [
-    defOf("signedEndpoint"),
-    'must be a path on the service host (one leading "/") or an absolute https URL (no user name or password, no fragment, no spaces or control characters)',
-  ],
+  [defOf("signedEndpoint"), PATH_OR_HTTPS],
+  [defOf("serviceUrl"), PATH_OR_HTTPS],
   [defOf("claimPage"), 'must be a full URI or a path on the service host (one leading "/")'],
 ]);
 

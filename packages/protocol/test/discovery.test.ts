@@ -516,6 +516,63 @@ describe("discovery optional fields", () => {
   });
 });
 
+describe("discovery mcp", () => {
+  const withMcp = (mcp: unknown) => ({ ...minimal(), mcp });
+  const PATH_OR_HTTPS =
+    'must be a path on the service host (one leading "/") or an absolute https URL (no user name or password, no fragment, no spaces or control characters)';
+  const validated = (doc: unknown) => {
+    const result = validateDiscoveryDocument(doc);
+    assert.ok(result.valid, JSON.stringify(result));
+    return result.document;
+  };
+
+  test("url (and resource_metadata) is a path on the service host or an absolute https URL", () => {
+    for (const url of ["/mcp", "https://api.example.com/mcp", "https://mcp.other.example:8443/v1/mcp?x=1"]) {
+      const doc = withMcp({ url, resource_metadata: "/.well-known/oauth-protected-resource/mcp" });
+      assert.deepEqual(validated(doc).mcp, doc.mcp);
+    }
+    // Unknown members stay open, as everywhere in the document.
+    assertValid(withMcp({ url: "/mcp", transport: "streamable-http" }));
+  });
+
+  test("a document without mcp stays valid: the member is optional", () => {
+    assert.equal(validated(minimal()).mcp, undefined);
+  });
+
+  test("other values are refused, each with its pointer", () => {
+    for (const value of [
+      "http://api.example.com/mcp",
+      "//evil.example/mcp",
+      "mcp",
+      "",
+      "https://user:secret@api.example.com/mcp",
+      "https://api.example.com/mcp#x",
+      `/${"m".repeat(2048)}`,
+    ]) {
+      const message =
+        value.length > 2048 ? "mcp.url: must be at most 2048 characters long" : `mcp.url: ${PATH_OR_HTTPS}`;
+      assertRejected(withMcp({ url: value }), "/mcp/url", message);
+    }
+    assertRejected(
+      withMcp({ url: "/mcp", resource_metadata: "http://api.example.com/m" }),
+      "/mcp/resource_metadata",
+      `mcp.resource_metadata: ${PATH_OR_HTTPS}`,
+    );
+    assertRejected(withMcp({ url: "https://api.example.com:99999/mcp" }), "/mcp/url", "mcp.url: must be a valid URL");
+    assertRejected(withMcp({}), "/mcp/url", "missing required field mcp.url");
+    assertRejected(withMcp({ url: 7 }), "/mcp/url", "mcp.url: must be a string");
+    assertRejected(withMcp("https://api.example.com/mcp"), "/mcp", "mcp: must be an object");
+  });
+
+  test("resolves like an endpoint: a path against the discovery origin", () => {
+    const doc = validated(withMcp({ url: "/mcp" }));
+    assert.equal(
+      resolveEndpoint("https://api.example.com/.well-known/proto", doc.mcp?.url ?? "").href,
+      "https://api.example.com/mcp",
+    );
+  });
+});
+
 describe("discovery forward compatibility", () => {
   test("unknown members are accepted at every level and kept", () => {
     const doc = {
