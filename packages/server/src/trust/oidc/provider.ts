@@ -4,7 +4,7 @@ import type { NonceStore } from "@proto/protocol";
 import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
-import { sendError, toApiError } from "../../platform/http.js";
+import { rateLimitHook, sendError, toApiError } from "../../platform/http.js";
 import { clientProblem } from "../../platform/page-errors.js";
 import { type RateLimiter, rateLimitKey } from "../../platform/rate-limit.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
@@ -129,8 +129,11 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   });
 
   // One document, two names: OpenID discovery, and RFC 8414 metadata that MCP clients look for.
+  // Read endpoints like the key set, so under the same per-address read limit (the contract's
+  // "all other read endpoints").
+  const readLimit = rateLimitHook(deps.limiter, deps.settings.rateLimits.read);
   for (const path of ["/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"]) {
-    app.get(path, async (_request, reply) =>
+    app.get(path, { onRequest: readLimit }, async (_request, reply) =>
       reply
         .header("cache-control", "public, max-age=300")
         .header("access-control-allow-origin", "*")
