@@ -270,6 +270,33 @@ function endpointList(endpoints: Record<string, unknown>, discoveryUrl: string):
   return html`<dl>${rows}${others}</dl>`;
 }
 
+/**
+ * The service's MCP endpoint (`mcp`, docs/discovery-mcp.md), resolved as an agent resolves it: the
+ * address to give an MCP client. The endpoint takes posts with a token, so it is text, not a link;
+ * its metadata is a document to read.
+ */
+function mcpSection(mcp: unknown, discoveryUrl: string): SafeHtml {
+  if (mcp === undefined) return html`<p>Does not advertise an MCP endpoint.</p>`;
+  if (!isRecord(mcp)) return jsonValue(mcp);
+  const address = (value: unknown, link: boolean): SafeHtml => {
+    if (typeof value !== "string") return jsonValue(value);
+    const url = resolved(discoveryUrl, value);
+    if (url === undefined) return html`<code>${value}</code>`;
+    const elsewhere =
+      url.host !== hostOfUrl(discoveryUrl)
+        ? html` <span class="muted other-host">on another host, ${url.host}</span>`
+        : "";
+    return html`${link ? outbound(url.href) : html`<code>${url.href}</code>`}${elsewhere}`;
+  };
+  return html`<dl>
+<dt>MCP endpoint</dt><dd>${address(mcp.url, false)}</dd>
+${mcp.resource_metadata === undefined ? "" : html`<dt>Protected resource metadata</dt><dd>${address(mcp.resource_metadata, true)}</dd>`}
+${Object.entries(mcp)
+  .filter(([key]) => key !== "url" && key !== "resource_metadata")
+  .map(([key, value]) => html`<dt><code>${key}</code></dt><dd>${jsonValue(value)}</dd>`)}
+</dl>`;
+}
+
 function discoverySection(doc: Record<string, unknown>, discoveryUrl: string): SafeHtml {
   const endpoints = isRecord(doc.endpoints) ? doc.endpoints : {};
   const limits = doc.limits;
@@ -284,6 +311,8 @@ function discoverySection(doc: Record<string, unknown>, discoveryUrl: string): S
 <p class="muted">An endpoint is a path on the host this document is served from, or a full address, which may name another host. Agents send signed requests to all but the claim page, which is for people.</p>
 ${endpointList(endpoints, discoveryUrl)}
 ${endpoints.key_rotation === undefined ? html`<p class="muted">No key rotation endpoint.</p>` : ""}
+<h3 id="d-mcp">MCP</h3>
+${mcpSection(doc.mcp, discoveryUrl)}
 <h3 id="d-features">Features</h3>
 ${labelledList(doc.features, FEATURE_LABELS, "None advertised (two-step invitation is always supported).")}
 <h3 id="d-recipients">Recipient types</h3>
