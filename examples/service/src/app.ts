@@ -108,10 +108,6 @@ export function didWebFor(publicUrl: string): string {
   return `did:web:${new URL(publicUrl).host.replace(":", "%3A")}`;
 }
 
-function isLoopback(hostname: string): boolean {
-  return hostname === "localhost" || hostname === "127.0.0.1" || hostname === "[::1]";
-}
-
 function safeEqual(a: string, b: string): boolean {
   const left = Buffer.from(a);
   const right = Buffer.from(b);
@@ -168,6 +164,9 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
   let notes: NotesStore;
   try {
     notes = await NotesStore.open(store);
+      // Without TLS (no NOTES_TLS_CERT) the service is for browsers and tests on this machine: the
+      // kit refuses plain http anywhere else, and agents call services over https only.
+      allowHttp: publicUrl.protocol === "http:",
     kit = await createKit({
       publicUrl: publicUrl.origin,
       // The kit's pages (the claim page) say "Notes" and link on to this service's owner page.
@@ -191,12 +190,8 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
         },
       },
       attestors: {
-        // Plain http only for an attestor on this machine (development, tests).
-        [issuer]: {
-          url: attestorUrl.href,
-          displayName: options.attestorName ?? DEFAULT_ATTESTOR_NAME,
-          allowHttp: attestorUrl.protocol === "http:" && isLoopback(attestorUrl.hostname),
-        },
+        // Plain http is accepted for an attestor on this machine only (development, tests).
+        [issuer]: { url: attestorUrl.href, displayName: options.attestorName ?? DEFAULT_ATTESTOR_NAME },
       },
       now,
       mail: options.mail,

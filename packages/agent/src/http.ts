@@ -3,7 +3,7 @@
  * exchange (body included), a cap on response sizes, no redirects, and failures turned into
  * one-line `NetworkError`s instead of `TypeError: fetch failed` with a cause chain.
  */
-import { parseErrorEnvelope } from "@proto/protocol";
+import { isLoopbackHttpUrl, parseErrorEnvelope } from "@proto/protocol";
 import { NetworkError, type ServerError, type ServerErrorInit, UsageError } from "./errors.js";
 import { isTlsCode, tlsReason } from "./tls-errors.js";
 
@@ -193,8 +193,6 @@ export function networkError(error: unknown, url: string): NetworkError {
   return new NetworkError("unreachable", `cannot reach ${host}: ${reason}`, url, { cause: error });
 }
 
-const LOOPBACK_HOSTS = new Set(["localhost", "127.0.0.1", "[::1]"]);
-
 /**
  * Checks and normalises the base URL of the attestor or the directory: `https://` (or `http://` on a
  * loopback host, for a server on this machine), no credentials, query or fragment, no trailing `/`.
@@ -206,8 +204,8 @@ export function normaliseBaseUrl(value: string, what: string): string {
   } catch {
     throw new UsageError("invalid_url", `${what} URL ${JSON.stringify(value)} is not an absolute URL`);
   }
-  const loopbackHttp = url.protocol === "http:" && LOOPBACK_HOSTS.has(url.hostname);
-  if (url.protocol !== "https:" && !loopbackHttp) {
+  // The one rule for plain http on this machine, shared with the kit's attestor URLs.
+  if (url.protocol !== "https:" && !isLoopbackHttpUrl(url)) {
     throw new UsageError(
       "insecure_url",
       `${what} URL must be https:// (http:// only for localhost), got ${url.origin}`,

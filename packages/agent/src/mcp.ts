@@ -5,6 +5,7 @@
 import { readFileSync } from "node:fs";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { OAuthError } from "@modelcontextprotocol/sdk/server/auth/errors.js";
+import { isLoopbackHttpUrl } from "@proto/protocol";
 import type { Agent } from "./agent.js";
 import { AgentError, AuthError, ServerError, UsageError } from "./errors.js";
 import { oneLine } from "./http.js";
@@ -49,8 +50,6 @@ async function loadSdk(): Promise<NonNullable<typeof loaded>> {
   return loaded;
 }
 
-const LOOPBACK_HOSTS = new Set(["localhost", "127.0.0.1", "[::1]"]);
-
 /**
  * Checks an MCP server URL: absolute, `https://` (`http://` only on a loopback host), no
  * credentials or fragment. It is kept as given otherwise: the server compares the token's
@@ -63,7 +62,7 @@ export function checkMcpUrl(value: string): URL {
   } catch {
     throw new UsageError("invalid_url", `MCP server URL ${JSON.stringify(value)} is not an absolute URL`);
   }
-  if (url.protocol !== "https:" && !(url.protocol === "http:" && LOOPBACK_HOSTS.has(url.hostname))) {
+  if (url.protocol !== "https:" && !isLoopbackHttpUrl(url)) {
     throw new UsageError(
       "insecure_url",
       `MCP server URL must be https:// (http:// only for localhost), got ${url.origin}`,

@@ -6,7 +6,7 @@ import {
   ATTESTATION_HEADER,
   checkAgentCompatibility,
   type DiscoveryDocument,
-  didWebMatchesHost,
+  didWebMismatch,
   findProtoChallenge,
   InvalidEndpointError,
   parseErrorEnvelope,
@@ -114,11 +114,11 @@ export async function discoverService(
     throw new DiscoveryError(code, discoveryUrl, result.reasons);
   }
   const document = result.document;
-  if (document.service_did.startsWith("did:web:") && !didWebMatchesHost(document.service_did, new URL(origin).host)) {
-    throw new DiscoveryError("discovery_did_mismatch", discoveryUrl, [
-      `service_did ${document.service_did} does not name the host ${new URL(origin).host}`,
-    ]);
-  }
+  const mismatch = document.service_did.startsWith("did:web:")
+    ? didWebMismatch(document.service_did, new URL(origin).host)
+    : undefined;
+  if (mismatch !== undefined)
+    throw new DiscoveryError("discovery_did_mismatch", discoveryUrl, [`service_did ${mismatch}`]);
   return {
     origin,
     discoveryUrl,

@@ -2,6 +2,7 @@ import {
   type AttestationVerifier,
   createAttestationVerifier,
   type FetchFunction,
+  isLoopbackHttpUrl,
   type KeyLookup,
   KeySetUnavailableError,
   protoError,
@@ -10,6 +11,7 @@ import {
   type VerifiedAttestation,
 } from "@proto/protocol";
 import { decodeJwt, type JSONWebKeySet } from "jose";
+import { KitConfigError } from "./config-error.js";
 import { attestorUnavailable } from "./errors.js";
 
 /**
@@ -32,7 +34,11 @@ export interface AttestorConfig {
   keySet?: string | URL | RemoteKeySet | JSONWebKeySet;
   /** Sign-in with this attestor (needs `url`; default on when `url` is set). */
   signIn?: boolean | { clientId?: string };
-  /** Development and tests only: allow a plain-http `url` for the OpenID provider. */
+  /**
+   * Development and tests only: allow a plain-http `url` on another machine. Plain http on this
+   * machine (localhost, 127.0.0.0/8, [::1], the attestor of `npm run dev`) needs no flag, as for the
+   * agent.
+   */
   allowHttp?: boolean;
   /** A lower bound on attestation `iat` (Unix seconds, or a function), to bound the effect of revocation. */
   minIssuedAt?: number | (() => number);
@@ -59,11 +65,45 @@ function withoutTrailingSlash(url: string): string {
   return url.endsWith("/") ? url.slice(0, -1) : url;
 }
 
+/** How the options name an attestor's member, as one would write it: `attestors["proto-trust"].url`. */
+function optionPath(name: string, member: string): string {
+  return `attestors[${JSON.stringify(name)}].${member}`;
+}
+
+/**
+ * An attestor's `{trust_url}`: https, or plain http on this machine (the agent's rule, so the URL
+ * `proto trust link` accepts is accepted here too), or anywhere with `allowHttp`.
+ */
+function attestorUrl(name: string, entry: AttestorConfig): { url: string | undefined; plainHttp: boolean } {
+  if (entry.url === undefined) return { url: undefined, plainHttp: false };
+  const option = optionPath(name, "url");
+  if (!URL.canParse(entry.url)) {
+    throw new KitConfigError(
+      option,
+      `${option} ${JSON.stringify(entry.url)} is not an absolute URL (https://trust.example)`,
+    );
+  }
+  const parsed = new URL(entry.url);
+  const url = withoutTrailingSlash(parsed.href);
+  if (parsed.protocol === "https:") return { url, plainHttp: false };
+  if (parsed.protocol === "http:" && (isLoopbackHttpUrl(parsed) || entry.allowHttp === true)) {
+    return { url, plainHttp: true };
+  }
+  if (parsed.protocol !== "http:") throw new KitConfigError(option, `${option} ${url} must be an https URL`);
+  throw new KitConfigError(
+    option,
+    `${option} ${url} must be https: plain http is accepted without a flag only on this machine (localhost, 127.0.0.0/8, [::1]). Use the attestor's https URL or, for development and tests only, allow http: attestors: { ${JSON.stringify(name)}: { url: ${JSON.stringify(url)}, allowHttp: true } }`,
+  );
+}
+
 function displayName(name: string, configured: string | undefined, url: string | undefined): string {
   if (configured !== undefined) {
     const trimmed = configured.trim();
     if (trimmed.length === 0 || trimmed.length > 60) {
-      throw new Error(`attestor ${name}: displayName must be 1 to 60 characters`);
+      throw new KitConfigError(
+        optionPath(name, "displayName"),
+        `${optionPath(name, "displayName")} must be 1 to 60 characters`,
+      );
     }
     return trimmed;
   }
@@ -82,14 +122,19 @@ export class AttestorRegistry {
     for (const name of options.accepted) {
       const entry = config[name];
       if (entry === undefined) {
-        throw new Error(`billing.accepted_attestors lists ${JSON.stringify(name)} but attestors has no entry for it`);
+        throw new KitConfigError(
+          "discovery.billing.accepted_attestors",
+          `discovery.billing.accepted_attestors lists ${JSON.stringify(name)} but attestors has no entry for it: add attestors: { ${JSON.stringify(name)}: { url: "https://..." } }`,
+        );
       }
-      const url = entry.url === undefined ? undefined : withoutTrailingSlash(new URL(entry.url).href);
-      if (url !== undefined && !url.startsWith("https://") && !entry.allowHttp) {
-        throw new Error(`attestor ${name}: url must be https (allowHttp is for development and tests)`);
-      }
+      const { url, plainHttp } = attestorUrl(name, entry);
       const source = entry.keySet ?? (url === undefined ? undefined : `${url}/.well-known/jwks.json`);
-      if (source === undefined) throw new Error(`attestor ${name}: set url or keySet`);
+      if (source === undefined) {
+        throw new KitConfigError(
+          `attestors[${JSON.stringify(name)}]`,
+          `attestors[${JSON.stringify(name)}]: set url or keySet`,
+        );
+      }
       const keys: KeyLookup =
         source instanceof RemoteKeySet
           ? source.getKey
@@ -111,7 +156,7 @@ export class AttestorRegistry {
         keys,
         verifier,
         signIn: signInEnabled ? { clientId: clientId ?? options.serviceDid } : undefined,
-        allowHttp: entry.allowHttp ?? false,
+        allowHttp: plainHttp,
       });
     }
   }

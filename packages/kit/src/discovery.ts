@@ -6,7 +6,7 @@ import {
   type DiscoveryLimits,
   type DiscoveryRecipientType,
   type DiscoveryValidationError,
-  didWebMatchesHost,
+  didWebMismatch,
   InvalidEndpointError,
   PROTO_VERSION,
   resolveEndpoint,
@@ -14,6 +14,7 @@ import {
   type SignatureAlgorithm,
   validateDiscoveryDocument,
 } from "@proto/protocol";
+import { KitConfigError } from "./config-error.js";
 
 /** Where the kit mounts its endpoints unless the document says otherwise. */
 export const DEFAULT_ENDPOINTS = {
@@ -61,12 +62,12 @@ export interface BuildDiscoveryOptions {
   acceptedAttestors?: string[];
 }
 
-/** The input does not make a valid discovery document; `errors` says why. */
-export class DiscoveryDocumentError extends Error {
+/** The input does not make a valid discovery document; `errors` says why. Its option is `discovery`. */
+export class DiscoveryDocumentError extends KitConfigError {
   override readonly name = "DiscoveryDocumentError";
   readonly errors: DiscoveryValidationError[];
   constructor(errors: DiscoveryValidationError[]) {
-    super(`invalid discovery document: ${errors.map((e) => e.message).join("; ")}`);
+    super("discovery", `invalid discovery document: ${errors.map((e) => e.message).join("; ")}`);
     this.errors = errors;
   }
 }
@@ -126,14 +127,13 @@ export function buildDiscoveryDocument(input: DiscoveryInput, options: BuildDisc
   if (!result.valid) throw new DiscoveryDocumentError(result.errors);
   const doc = result.document;
   if (publicUrl !== undefined) ownEndpoints(doc, publicUrl.origin);
-  if (
-    publicUrl !== undefined &&
-    doc.service_did.startsWith("did:web:") &&
-    !didWebMatchesHost(doc.service_did, publicUrl.host)
-  ) {
-    throw new DiscoveryDocumentError([
-      { path: "/service_did", message: `service_did ${doc.service_did} does not name the host of ${publicUrl.origin}` },
-    ]);
+  // `did:web:localhost:18103` names host `localhost` (path `18103`): the message gives the DID that fits.
+  const mismatch =
+    publicUrl !== undefined && doc.service_did.startsWith("did:web:")
+      ? didWebMismatch(doc.service_did, publicUrl.host, `the host of ${publicUrl.origin}`)
+      : undefined;
+  if (mismatch !== undefined) {
+    throw new DiscoveryDocumentError([{ path: "/service_did", message: `service_did ${mismatch}` }]);
   }
   if (doc.features?.includes("key_rotation") && doc.endpoints.key_rotation === undefined) {
     throw new DiscoveryDocumentError([

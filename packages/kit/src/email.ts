@@ -4,8 +4,9 @@
  * links); pressing "Continue as <address>" spends the link, once, for an owner session holding
  * that address; the claim form then completes the claim as for any other recipient.
  */
-import { ProtoError, protoError, rateLimitExceeded, recipientKey } from "@proto/protocol";
+import { isLoopbackHostname, ProtoError, protoError, rateLimitExceeded, recipientKey } from "@proto/protocol";
 import { claimable } from "./claim.js";
+import { KitConfigError } from "./config-error.js";
 import type { Handler, KitCore } from "./core.js";
 import { kitError } from "./errors.js";
 import { type KitRequest, redirectResponse } from "./http.js";
@@ -27,10 +28,6 @@ import { hashToken } from "./util.js";
 export const MAIL_RETRY_AFTER_SECONDS = 60;
 
 const MAIL_WINDOW_SECONDS = 3600;
-
-function isLoopback(hostname: string): boolean {
-  return hostname === "localhost" || hostname === "127.0.0.1" || hostname === "[::1]";
-}
 
 /** The claim link of a token: `{claim_page}?token=`. */
 export function claimLink(claimPage: string, token: string): string {
@@ -81,23 +78,30 @@ export class InvitationMailer {
       (value) => value !== undefined,
     );
     if (chosen.length !== 1)
-      throw new Error("mail: give exactly one of smtpUrl (with from), mailer, developmentOutbox");
+      throw new KitConfigError("mail", "mail: give exactly one of smtpUrl (with from), mailer, developmentOutbox");
     if (options.developmentOutbox === true && process.env.NODE_ENV === "production") {
-      throw new Error("mail.developmentOutbox is for development: it is refused when NODE_ENV is production");
+      throw new KitConfigError(
+        "mail.developmentOutbox",
+        "mail.developmentOutbox is for development: it is refused when NODE_ENV is production",
+      );
     }
     const claimPage = new URL(deps.claimPage);
     if (claimPage.origin !== deps.origin) {
-      throw new Error(
+      throw new KitConfigError(
+        "mail",
         "mail: the e-mail ceremony runs on the kit's claim page; with claim_page on another origin, deliver links with onInvitation",
       );
     }
     // Upstream §12.6: the link itself travels over HTTPS.
-    if (claimPage.protocol !== "https:" && !isLoopback(claimPage.hostname)) {
-      throw new Error("mail: claim links must be https (plain http only for localhost)");
+    if (claimPage.protocol !== "https:" && !isLoopbackHostname(claimPage.hostname)) {
+      throw new KitConfigError("mail", "mail: claim links must be https (plain http only for localhost)");
     }
     const perHour = options.perRecipientPerHour ?? DEFAULT_MAILS_PER_RECIPIENT_PER_HOUR;
     if (!Number.isInteger(perHour) || perHour < 1 || perHour > 1000) {
-      throw new RangeError("mail.perRecipientPerHour must be an integer from 1 to 1000");
+      throw new KitConfigError(
+        "mail.perRecipientPerHour",
+        "mail.perRecipientPerHour must be an integer from 1 to 1000",
+      );
     }
     let mailer: KitMailer;
     if (options.smtpUrl !== undefined) mailer = new SmtpMailer(options.smtpUrl, options.from ?? "");

@@ -1,5 +1,6 @@
 export type { AttestorConfig, KitAttestation, ResolvedAttestor } from "./attestors.js";
 export { AttestorRegistry } from "./attestors.js";
+export { KitConfigError } from "./config-error.js";
 export type { BuildDiscoveryOptions, DiscoveryInput } from "./discovery.js";
 export {
   assertDiscoveryDocument,

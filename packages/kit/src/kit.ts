@@ -23,6 +23,7 @@ import { introspectionHandler, keyRotationHandler, signupHandler } from "./accou
 import { AgentAuthenticator, RATE_WINDOW_SECONDS } from "./agent-auth.js";
 import { type AttestorConfig, AttestorRegistry } from "./attestors.js";
 import { claimCompletionHandler, claimPageHandler, EMAIL_SIGNIN_PATH } from "./claim.js";
+import { KitConfigError } from "./config-error.js";
 import type { AgentContext, Handler, InvitationEvent, KitCore, ResolvedOptions } from "./core.js";
 import { buildDiscoveryDocument, type DiscoveryInput } from "./discovery.js";
 import { emailSignInHandler, InvitationMailer, outboxHandler } from "./email.js";
@@ -55,6 +56,7 @@ import {
 } from "./owner.js";
 import { errorPage } from "./pages.js";
 import { MemoryRateLimiter, type RateLimiter, StoreRateLimiter } from "./rate-limit.js";
+import { checkPublicUrl } from "./public-url.js";
 import { isForm } from "./request-body.js";
 import { type AccountResource, toAccountResource } from "./resource.js";
 import { type NewOwnerSession, type OwnerSession, OwnerSessions } from "./sessions.js";
@@ -79,9 +81,18 @@ export type AttestedSessionOptions =
   | { mode: "extended"; seconds?: number };
 
 export interface KitOptions {
-  /** The public origin agents sign (`https://api.example.com`), whatever address the process listens on. */
+  /**
+   * The public origin agents sign (`https://api.example.com`), whatever address the process listens
+   * on. https: proto agents reach services over https only; an http URL is refused at start.
+   */
   publicUrl: string;
   /** The discovery document, or the parts to build it from (`buildDiscoveryDocument`). */
+  /**
+   * Development and tests only: accept a plain-http `publicUrl` on this machine (localhost,
+   * 127.0.0.0/8, [::1]), for browsers and tests. proto agents still cannot call it: they refuse
+   * http services with `insecure_url`.
+   */
+  allowHttp?: boolean;
   discovery: DiscoveryInput | DiscoveryDocument;
   /** `sqlite:PATH`, `sqlite::memory:` or `postgres://...` (ignored when `store` is given). */
   database?: string;
@@ -212,9 +223,14 @@ interface MountedRoute {
 
 /** An allow-list entry: an http(s) origin, exactly. */
 function allowedOrigin(value: string): string {
-  const url = new URL(value);
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new KitConfigError("redirectOrigins", `redirectOrigins: ${value} is not an origin (https://host[:port])`);
+  }
   if ((url.protocol !== "https:" && url.protocol !== "http:") || url.origin !== value.replace(/\/$/, "")) {
-    throw new Error(`redirectOrigins: ${value} is not an origin (https://host[:port])`);
+    throw new KitConfigError("redirectOrigins", `redirectOrigins: ${value} is not an origin (https://host[:port])`);
   }
   return url.origin;
 }
@@ -233,21 +249,22 @@ function hasBody(headers: Headers): boolean {
 function serviceName(value: string | undefined, publicUrl: URL): string {
   if (value === undefined) return publicUrl.host;
   const trimmed = value.trim();
-  if (trimmed.length === 0 || trimmed.length > 60) throw new Error("serviceName must be 1 to 60 characters");
+  if (trimmed.length === 0 || trimmed.length > 60)
+    throw new KitConfigError("serviceName", "serviceName must be 1 to 60 characters");
   return trimmed;
 }
 
 /** A path on the service, or a URL on its origin (kept as given); nothing that leaves the service. */
 function ownerPage(value: string | undefined, origin: string): string | undefined {
   if (value === undefined) return undefined;
-  const url = new URL(value, origin);
-  if (url.origin !== origin) throw new Error(`ownerPage must be a path or a URL on ${origin}`);
+  const url = URL.canParse(value, origin) ? new URL(value, origin) : undefined;
+  if (url?.origin !== origin) throw new KitConfigError("ownerPage", `ownerPage must be a path or a URL on ${origin}`);
   return `${url.pathname}${url.search}`;
 }
 
 function checkRange(name: string, value: number, min: number, max: number): number {
   if (!Number.isInteger(value) || value < min || value > max) {
-    throw new RangeError(`${name} must be an integer from ${min} to ${max}`);
+    throw new KitConfigError(name, `${name} must be an integer from ${min} to ${max}`);
   }
   return value;
 }
@@ -284,7 +301,7 @@ export class Kit {
   constructor(options: KitOptions, givenStore: KitStore, ownsStore: boolean) {
     // Every part below reaches the store through this: a database outage is 503, not 500.
     const store = answeringOutages(givenStore);
-    const publicUrl = new URL(options.publicUrl);
+    const publicUrl = checkPublicUrl(options.publicUrl, options.allowHttp === true);
     this.origin = publicUrl.origin;
     this.#now = options.now ?? Date.now;
     const attestorConfig = options.attestors ?? {};
@@ -297,7 +314,8 @@ export class Kit {
     const mode = discovery.billing?.unclaimed_mode ?? "attested_only";
     const accepted = discovery.billing?.accepted_attestors ?? [];
     if (mode === "attested_only" && accepted.length === 0) {
-      throw new Error(
+      throw new KitConfigError(
+        "attestors",
         "unclaimed_mode attested_only needs at least one accepted attestor (attestors and billing.accepted_attestors)",
       );
     }
@@ -377,7 +395,8 @@ export class Kit {
       options.mail === undefined &&
       options.onInvitation === undefined
     ) {
-      throw new Error(
+      throw new KitConfigError(
+        "mail",
         "recipient type email needs a way to reach the person: configure mail (smtpUrl + from, a mailer, or developmentOutbox) or onInvitation",
       );
     }
@@ -393,7 +412,7 @@ export class Kit {
             onError,
           });
     this.ownerPath = (options.ownerPath ?? DEFAULT_OWNER_PATH).replace(/\/+$/, "");
-    if (!this.ownerPath.startsWith("/")) throw new Error("ownerPath must start with /");
+    if (!this.ownerPath.startsWith("/")) throw new KitConfigError("ownerPath", "ownerPath must start with /");
     const secure = publicUrl.protocol === "https:";
     this.sessions = new OwnerSessions(store, {
       cookieName: "proto_owner",
@@ -790,10 +809,14 @@ export class Kit {
 /** Creates the kit: opens (and migrates) the store unless one is given, builds and validates the discovery document. */
 export async function createKit(options: KitOptions): Promise<Kit> {
   if (options.store !== undefined) return new Kit(options, options.store, false);
-  if (options.database === undefined) throw new Error("createKit needs database (a URL) or store");
+  if (options.database === undefined) {
+    throw new KitConfigError("database", "createKit needs database (sqlite:PATH or postgres://...) or store");
+  }
   const store = await openKitStore(options.database);
   try {
     return new Kit(options, store, true);
+  // Before the store is opened: a kit no agent could call never touches the database.
+  checkPublicUrl(options.publicUrl, options.allowHttp === true);
   } catch (error) {
     await store.close();
     throw error;

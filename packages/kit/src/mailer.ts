@@ -3,6 +3,7 @@
  * invitation mail itself. Nothing of a mail is logged anywhere: its link is the proof of the mailbox.
  */
 import nodemailer from "nodemailer";
+import { KitConfigError } from "./config-error.js";
 import { escapeHtml, humanTime } from "./pages.js";
 
 export interface KitMail {
@@ -50,7 +51,7 @@ export class SmtpMailer implements KitMailer {
 
   constructor(url: string, from: string) {
     if (!/^smtps?:\/\//.test(url)) throw new Error("mail.smtpUrl must start with smtp:// or smtps://");
-    if (from.trim() === "") throw new Error("mail.from is required with mail.smtpUrl");
+    if (from.trim() === "") throw new KitConfigError("mail.from", "mail.from is required with mail.smtpUrl");
     this.#transport = nodemailer.createTransport({
       url,
       connectionTimeout: 10_000,

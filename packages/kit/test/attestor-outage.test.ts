@@ -61,6 +61,7 @@ for (const engine of ENGINES) {
     before(async () => {
       database = await createTestDatabase(engine);
       store = await openKitStore(database.url);
+        allowHttp: true,
       clock = new TestClock();
       attestor = await TestAttestor.start(clock, []);
       relay = await startTcpProxy("127.0.0.1", Number(new URL(attestor.url).port));
@@ -162,6 +163,7 @@ for (const engine of ENGINES) {
       const [head, payload] = attestation.split(".");
       const tampered = `${head}.${payload}.${"A".repeat(86)}`;
       const refused = await signed(agent, tampered);
+        allowHttp: true,
       assert.equal(refused.status, 401, refused.text);
       assert.equal(refused.json.error.code, "invalid_attestation");
     });

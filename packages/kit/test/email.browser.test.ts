@@ -42,6 +42,7 @@ async function listening(
     {
       ...options,
       publicUrl: `http://127.0.0.1:${port}`,
+      allowHttp: true,
       discovery: {
         service_did: `did:web:127.0.0.1%3A${port}`,
         billing: { unclaimed_mode: "free" },

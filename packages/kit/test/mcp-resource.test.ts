@@ -67,6 +67,7 @@ for (const engine of ENGINES) {
       database = await createTestDatabase(engine);
       store = await openKitStore(database.url);
       clock = new TestClock();
+        allowHttp: true,
       attestor = await TestAttestor.start(clock, []);
       const port = await freePort();
       origin = `http://127.0.0.1:${port}`;
@@ -531,6 +532,7 @@ for (const engine of ENGINES) {
       assert.equal(accepted.status, 200, accepted.text);
       await store.revokeKey({ accountId: accepted.json.account_id, did: agent.did, now: clock.now(), reason: "test" });
       const refused = await call("GET", "/mcp", { token });
+        allowHttp: true,
       assertRefused(refused, { status: 401, code: "invalid_token", bearerError: "invalid_token" });
       assert.match(refused.json.error.message, /revoked/);
     });

@@ -64,6 +64,7 @@ for (const engine of ENGINES) {
       service = await startService(
         {
           publicUrl: origin,
+          allowHttp: true,
           serviceName: "Notes",
           ownerPage: "/owner",
           discovery: { service_did: serviceDid, recipient_types: ["oidc"] },

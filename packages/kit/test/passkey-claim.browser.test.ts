@@ -59,6 +59,7 @@ for (const engine of ENGINES) {
       service = await startService(
         {
           publicUrl: origin,
+          allowHttp: true,
           serviceName: "Notes",
           discovery: { service_did: serviceDid, recipient_types: ["oidc"] },
           attestors: { "proto-trust": { url: attestor.url, allowHttp: true, displayName: "Example Trust" } },

@@ -85,6 +85,28 @@ export function didWebMatchesHost(did: string, host: string): boolean {
   return didHost !== undefined && withoutHttpsPort(didHost) === withoutHttpsPort(host.toLowerCase());
 }
 
+/**
+ * The `did:web` DID of a host (`new URL(...).host`), as the did:web method writes it: the port's
+ * colon percent-encoded, `localhost:18103` -> `did:web:localhost%3A18103`; `:443` is no port.
+ */
+export function didWebForHost(host: string): string {
+  return `did:web:${withoutHttpsPort(host.toLowerCase()).replace(/:(\d+)$/, "%3A$1")}`;
+}
+
+/**
+ * Why `did` (a did:web) does not name `host`, in words that give the DID that would, so whoever
+ * wrote `did:web:localhost:18103` learns that a port is written `%3A`. Undefined when it does.
+ * `where` says which host in the caller's words (default `the host {host}`).
+ */
+export function didWebMismatch(did: string, host: string, where = `the host ${host}`): string | undefined {
+  if (didWebMatchesHost(did, host)) return undefined;
+  if (host.startsWith("["))
+    return `${did} does not name ${where}: a did:web cannot name an IPv6 address; use a host name`;
+  const expected = didWebForHost(host);
+  const port = expected.includes("%3A") ? " (did:web writes the port's colon as %3A)" : "";
+  return `${did} does not name ${where}: the did:web of that host is ${expected}${port}`;
+}
+
 function withoutHttpsPort(host: string): string {
   return host.endsWith(":443") ? host.slice(0, -4) : host;
 }

@@ -27,7 +27,16 @@ export {
 export type { Dependency } from "./dependency-errors.js";
 export { DependencyUnavailable, OUTAGE_RETRY_AFTER_SECONDS, unavailableDependency } from "./dependency-errors.js";
 export type { DidParseResult, DidUrlComponent, ParsedDid, ParsedDidKey, ParsedDidWeb } from "./did.js";
-export { didUrlComponent, didWebHost, didWebMatchesHost, isDidSyntax, MAX_DID_LENGTH, parseDid } from "./did.js";
+export {
+  didUrlComponent,
+  didWebForHost,
+  didWebHost,
+  didWebMatchesHost,
+  didWebMismatch,
+  isDidSyntax,
+  MAX_DID_LENGTH,
+  parseDid,
+} from "./did.js";
 export type { DidKeyErrorCode } from "./did-key.js";
 export { DidKeyError, decodeDidKey, didKeyToPublicKey, encodeDidKey, isDidKey } from "./did-key.js";
 export type {
@@ -116,6 +125,7 @@ export {
 } from "./http-signatures/verify.js";
 export type { FetchFunction, KeyLookup, RemoteKeySetOptions } from "./key-set.js";
 export { KeySetUnavailableError, RemoteKeySet, staticKeySet } from "./key-set.js";
+export { isLoopbackHostname, isLoopbackHttpUrl } from "./loopback.js";
 export type { MemoryNonceStoreOptions, NonceStore, RedisNonceStoreOptions, RedisSetClient } from "./nonce-store.js";
 export { MemoryNonceStore, RedisNonceStore } from "./nonce-store.js";
 export type { NormalizeResult, OidcIdentity, Recipient, RecipientType } from "./recipients.js";

@@ -77,6 +77,7 @@ async function startTarget(framework: Framework, store: TargetStore): Promise<Ru
   try {
     kit = await createKit({
       publicUrl,
+      allowHttp: true,
       database: db.url,
       discovery: {
         service_did: serviceDid,

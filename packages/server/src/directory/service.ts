@@ -1,4 +1,4 @@
-import { didWebMatchesHost, SafeFetchError, type SafeResponse, validateDiscoveryDocument } from "@proto/protocol";
+import { didWebMismatch, SafeFetchError, type SafeResponse, validateDiscoveryDocument } from "@proto/protocol";
 import type { Clock } from "../platform/clock.js";
 import type { Database } from "../platform/database.js";
 import { isUniqueViolation } from "../platform/database.js";
@@ -172,9 +172,8 @@ export class DirectoryService {
     const document = await this.#fetchDiscovery(location);
     // 5. A did:web DID names the discovery host.
     const serviceDid = document.service_did as string;
-    if (serviceDid.startsWith("did:web:") && !didWebMatchesHost(serviceDid, location.host)) {
-      throw err(400, "discovery_did_mismatch", `${serviceDid} does not name the host ${location.host}`);
-    }
+    const mismatch = serviceDid.startsWith("did:web:") ? didWebMismatch(serviceDid, location.host) : undefined;
+    if (mismatch !== undefined) throw err(400, "discovery_did_mismatch", mismatch);
     // 6 and 7. Create, re-register, or refuse.
     try {
       const registered = await this.#kdb
