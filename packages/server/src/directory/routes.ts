@@ -70,8 +70,9 @@ const listing = {
     updated_at: isoTime,
     status: { type: "string", enum: LISTING_STATUSES },
     tags: { type: "array", items: { type: "string" } },
-    title: { type: "string" },
-    description: { type: "string" },
+    // null when never set or cleared (decision D11), as the API sends it.
+    title: { type: ["string", "null"] },
+    description: { type: ["string", "null"] },
     _meta: { type: "object", additionalProperties: true },
   },
 } as const;
