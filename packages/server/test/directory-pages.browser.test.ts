@@ -36,6 +36,8 @@ const DID_KEY = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
 const EXTERNAL_REL = ["nofollow", "noopener", "noreferrer"];
 
 const pagePath = (did: string) => `/listings/${encodeURIComponent(did)}`;
+/** A browser asks for HTML: on `/`, any other client gets the API's JSON index instead of the page. */
+const AS_BROWSER = { headers: { accept: "text/html" } };
 
 /** Discovery members a hostile host could publish that must never become links. */
 function hostileDocument(site: Site): Record<string, unknown> {
@@ -554,7 +556,7 @@ describe("directory browse pages over HTTP", { timeout: 60_000 }, () => {
 
   test("pages are HTML with the strict CSP and the page headers; the JSON API is unchanged", async () => {
     for (const path of ["/", "/?search=plain&tag=plain", pagePath(plain.did), pagePath(hostile.did)]) {
-      const res = await h.request("GET", path);
+      const res = await h.request("GET", path, AS_BROWSER);
       assert.equal(res.status, 200, path);
       assertPageHeaders(res, path);
       assert.equal(res.headers.get("cache-control"), "no-cache", path);
@@ -594,7 +596,7 @@ describe("directory browse pages over HTTP", { timeout: 60_000 }, () => {
 
   test("attacker text is escaped in the markup, in elements and attributes alike", async () => {
     for (const path of ["/", pagePath(hostile.did)]) {
-      const res = await h.request("GET", path);
+      const res = await h.request("GET", path, AS_BROWSER);
       assert.equal(res.status, 200, path);
       for (const raw of ["<script>alert", "<img src=x", "<b>bold", "<svg", `"><svg`]) {
         assert.ok(!res.text.includes(raw), `${path}: ${raw} appears unescaped`);
@@ -629,7 +631,7 @@ describe("directory browse pages over HTTP", { timeout: 60_000 }, () => {
       [`/?search=${"x".repeat(201)}`, 400, "This search cannot be run"],
       ["/?tag=a&tag=b", 400, "This search cannot be run"],
     ] as const) {
-      const res = await h.request("GET", path);
+      const res = await h.request("GET", path, AS_BROWSER);
       assert.equal(res.status, status, path);
       assertPageHeaders(res, path);
       assert.ok(res.text.includes(`<h1>${heading}</h1>`), `${path}: ${res.text.slice(0, 400)}`);
@@ -639,7 +641,7 @@ describe("directory browse pages over HTTP", { timeout: 60_000 }, () => {
     // A cursor is bound to its search: taken to another one, it is refused.
     const all = await h.request("GET", "/v1/listings?limit=1");
     const cursor = encodeURIComponent(all.json.next_cursor);
-    assert.equal((await h.request("GET", `/?cursor=${cursor}&tag=plain`)).status, 400);
+    assert.equal((await h.request("GET", `/?cursor=${cursor}&tag=plain`, AS_BROWSER)).status, 400);
   });
 
   test("a withdrawn listing keeps its page, marked deleted and kept out of search engines and the list", async () => {
@@ -650,18 +652,18 @@ describe("directory browse pages over HTTP", { timeout: 60_000 }, () => {
     assert.ok(res.text.includes('<span class="badge deleted" data-status="deleted">Deleted</span>'));
     assert.ok(res.text.includes('<p class="notice deleted">Deleted:'));
     assert.ok(res.text.includes('<meta name="robots" content="noindex">'));
-    const list = await h.request("GET", "/?search=withdrawn");
+    const list = await h.request("GET", "/?search=withdrawn", AS_BROWSER);
     assert.ok(list.text.includes("No listing matches."));
   });
 
   test("the pages have their own limit: 120 a minute per IP, then a 429 page with Retry-After", async () => {
     await freshWindow();
     for (let i = 0; i < 120; i++) {
-      const res = await h.request("GET", i % 2 === 0 ? "/" : pagePath(plain.did));
+      const res = await h.request("GET", i % 2 === 0 ? "/" : pagePath(plain.did), AS_BROWSER);
       if (res.status !== 200) assert.fail(`page #${i + 1}: ${res.status}`);
     }
     for (const path of ["/", pagePath(plain.did), "/?search=x"]) {
-      const denied = await h.request("GET", path);
+      const denied = await h.request("GET", path, AS_BROWSER);
       assert.equal(denied.status, 429, path);
       assertPageHeaders(denied, path);
       const retryAfter = denied.headers.get("retry-after") ?? "";
@@ -674,7 +676,7 @@ describe("directory browse pages over HTTP", { timeout: 60_000 }, () => {
     assert.equal((await h.request("GET", didPath(plain.did))).status, 200);
     assert.equal((await h.request("GET", "/assets/site.css")).status, 200);
     await h.advance(60);
-    assert.equal((await h.request("GET", "/")).status, 200, "next window");
+    assert.equal((await h.request("GET", "/", AS_BROWSER)).status, 200, "next window");
   });
 
   test("DIRECTORY_RATE_LIMITS configures the pages scope (default 120/60)", () => {

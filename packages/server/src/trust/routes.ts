@@ -49,7 +49,7 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
     { name: "openid", description: "The OpenID provider that signs people in to services." },
     { name: "payment", description: "Payment verification (when configured)." },
     { name: "pages", description: "Pages for people: sign-in, link confirmation, account." },
-    { name: "operations", description: "Health and readiness." },
+    { name: "operations", description: "Health, readiness, and the API's index at `/`." },
   ],
   securitySchemes: {
     httpSignature: {

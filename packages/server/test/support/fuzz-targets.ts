@@ -39,9 +39,12 @@ export const SERVER_ROUTE_KINDS: [RegExp, RouteKind][] = [
 
 /**
  * The attestor's start page and its fallback for unknown paths answer a browser with a page and
- * any other client with the API's not-found envelope.
+ * any other client with the API's index (`/`) or its not-found envelope.
  */
 const ATTESTOR_ROUTE_KINDS: [RegExp, RouteKind][] = [[/^\/\*?$/, "dual"]];
+
+/** The directory's `/` answers a browser with its browse page and any other client with the API's index. */
+const DIRECTORY_ROUTE_KINDS: [RegExp, RouteKind][] = [[/^\/$/, "dual"]];
 
 const METRICS_TOKEN = "metrics-token-for-the-fuzzer-0123";
 const DIRECTORY_RAISED_LIMITS =
@@ -95,7 +98,7 @@ export async function startDirectoryTarget(variant: StoreVariant, options: Targe
     name: `directory (${variant.name}${options.limits === "default" ? ", default limits" : ""})`,
     url: h.url,
     routes: fuzzable(routesOf(h.app.app)),
-    kindOf: kindByPath(SERVER_ROUTE_KINDS),
+    kindOf: kindByPath([...DIRECTORY_ROUTE_KINDS, ...SERVER_ROUTE_KINDS]),
     redirectOrigins: ["https://directory.test"],
     vocabulary: {
       params: { did: [did, "did:web:unknown.example"] },

@@ -1,9 +1,11 @@
 import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
+import { apiIndexResponder, homeResponses } from "../../platform/api-index.js";
 import { ApiError } from "../../platform/errors.js";
 import { rateLimitHook } from "../../platform/http.js";
 import { InputRuleError } from "../../platform/input-rules.js";
 import { pageProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
+import { directoryApiIndex } from "../api-index.js";
 import type { DirectoryService } from "../service.js";
 import type { DirectorySettings } from "../settings.js";
 import { registerAssets } from "./assets.js";
@@ -91,10 +93,22 @@ export async function directoryPages(app: FastifyInstance, options: DirectoryPag
     return sendMessage(reply, 500, "Something went wrong", "Please try again in a moment.");
   });
 
+  const apiIndex = apiIndexResponder(directoryApiIndex(options.publicUrl));
   app.get<{ Querystring: BrowseQuery }>(
     "/",
-    { schema: { querystring: browseQuery }, onRequest: limit },
+    {
+      schema: {
+        summary: "Browse listings, or the API's index",
+        description:
+          "A browser gets the page that searches and filters the listings (the queries of `GET /v1/listings`); `curl` and other clients get a JSON index of the API. The query is read by the page only.",
+        querystring: browseQuery,
+        response: homeResponses("the browse page"),
+      },
+      onRequest: limit,
+    },
     async (request, reply) => {
+      const answered = apiIndex(request, reply);
+      if (answered !== undefined) return answered;
       const search = field(request.query.search);
       const tag = field(request.query.tag);
       const cursor = field(request.query.cursor);

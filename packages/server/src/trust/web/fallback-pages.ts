@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { acceptsHtml } from "../../platform/accepts-html.js";
+import { type ApiIndex, apiIndexResponder, homeResponses } from "../../platform/api-index.js";
 import { html } from "../../platform/html.js";
 import { DOCS_PATH } from "../../platform/openapi.js";
-import { acceptsHtml } from "./accepts-html.js";
 import { sendMessage, sendPage } from "./layout.js";
 import type { SessionManager } from "./session.js";
 
@@ -11,6 +12,8 @@ export interface FallbackDeps {
   formPaths: ReadonlySet<string>;
   /** The API's error handler: what answers a request refused before the fallback (JSON). */
   apiErrors: FastifyInstance["errorHandler"];
+  /** What `/` answers a client that does not ask for HTML. */
+  apiIndex: ApiIndex;
 }
 
 /** Whether `path` is one of the forms' route patterns (`/account/bindings/:id/revoke`). */
@@ -34,7 +37,7 @@ function pageForForm(path: string): string {
 /**
  * Pages for people where the API has none: a landing page at `/`, the form pages a browser asks
  * for by GET, and a 404 page for unknown paths. Anything but a browser asking for HTML gets the
- * API's JSON 404, exactly as before (`reply.callNotFound()`).
+ * API's index at `/` and the API's JSON 404 elsewhere (`reply.callNotFound()`).
  */
 export async function fallbackPages(app: FastifyInstance, deps: FallbackDeps): Promise<void> {
   const hidden = { schema: { hide: true } };
@@ -45,8 +48,18 @@ export async function fallbackPages(app: FastifyInstance, deps: FallbackDeps): P
     (acceptsHtml(request) ? pageErrors : deps.apiErrors).call(app, error, request, reply),
   );
 
-  app.get("/", hidden, async (request, reply) => {
-    if (!acceptsHtml(request)) return reply.callNotFound();
+  const apiIndex = apiIndexResponder(deps.apiIndex);
+  const home = {
+    schema: {
+      summary: "The start page, or the API's index",
+      description: "A browser gets the start page for people; `curl` and other clients get a JSON index of the API.",
+      tags: ["operations"],
+      response: homeResponses("the start page"),
+    },
+  };
+  app.get("/", home, async (request, reply) => {
+    const answered = apiIndex(request, reply);
+    if (answered !== undefined) return answered;
     const signedIn = (await deps.sessions.current(request)) !== undefined;
     return sendPage(reply, {
       title: "An attestor for AI agents",

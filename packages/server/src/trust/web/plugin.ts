@@ -6,6 +6,7 @@ import type { Clock } from "../../platform/clock.js";
 import { html } from "../../platform/html.js";
 import { pageProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
+import { trustApiIndex } from "../api-index.js";
 import { type Mailer, OutboxMailer } from "../mail.js";
 import type { OidcClient } from "../oidc/clients.js";
 import { Passkeys } from "../passkeys.js";
@@ -107,7 +108,12 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
   });
 
   if (options.mailer instanceof OutboxMailer) outboxPage(app, options.mailer);
-  await app.register(fallbackPages, { sessions: options.sessions, formPaths, apiErrors });
+  await app.register(fallbackPages, {
+    sessions: options.sessions,
+    formPaths,
+    apiErrors,
+    apiIndex: trustApiIndex(options.publicUrl),
+  });
 }
 
 export async function registerCookies(app: FastifyInstance): Promise<void> {
