@@ -74,6 +74,8 @@ export {
   createMcpAuthProvider,
   JWT_BEARER_GRANT,
 } from "./mcp-auth.js";
+export type { McpTarget } from "./mcp-endpoint.js";
+export { findMcpEndpoint } from "./mcp-endpoint.js";
 export type { ResolvedEndpoints, ServiceClientOptions, ServiceDiscovery, ServiceResponse } from "./service.js";
 export { DISCOVERY_PATH, discoverService, ServiceClient, serviceOrigin } from "./service.js";
 export type {

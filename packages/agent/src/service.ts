@@ -45,6 +45,11 @@ export interface ServiceDiscovery {
    * URLs as given (they may name another host). Members that are not URLs are left out.
    */
   endpoints: ResolvedEndpoints;
+  /**
+   * The service's MCP endpoint, when its document names one (`mcp`, docs/discovery-mcp.md), as
+   * absolute URLs: a path resolved against `origin`. Requests to it carry an access token.
+   */
+  mcp?: { url: string; resourceMetadata?: string };
 }
 
 export interface ResolvedEndpoints {
@@ -126,6 +131,27 @@ export async function discoverService(
     did: document.service_did,
     attestedOnly: document.billing?.unclaimed_mode === "attested_only",
     endpoints: resolveEndpoints(document, origin, discoveryUrl),
+    ...resolveMcp(document, origin, discoveryUrl),
+  };
+}
+
+/** `mcp` resolved; the schema holds only values that resolve, so a failure is an invalid document. */
+function resolveMcp(document: DiscoveryDocument, origin: string, discoveryUrl: string): Pick<ServiceDiscovery, "mcp"> {
+  if (document.mcp === undefined) return {};
+  const resolve = (member: string, value: string) => {
+    try {
+      return resolveEndpoint(origin, value).href;
+    } catch (error) {
+      if (!(error instanceof InvalidEndpointError)) throw error;
+      throw new DiscoveryError("discovery_invalid", discoveryUrl, [`mcp.${member}: ${error.message}`]);
+    }
+  };
+  const metadata = document.mcp.resource_metadata;
+  return {
+    mcp: {
+      url: resolve("url", document.mcp.url),
+      ...(metadata === undefined ? {} : { resourceMetadata: resolve("resource_metadata", metadata) }),
+    },
   };
 }
 
@@ -273,6 +299,16 @@ export class ServiceClient {
     return url.href;
   }
 
+  /**
+   * The service's MCP endpoint, as its discovery document names it (`mcp.url`, resolved): what
+   * `connectMcp` takes. Throws a UsageError `no_mcp_endpoint` when the document names none.
+   */
+  mcpEndpoint(): string {
+    const url = this.discovery.mcp?.url;
+    if (url === undefined) throw noMcpEndpoint(this.discovery.discoveryUrl);
+    return url;
+  }
+
   /** The signed exchange behind `fetch`, with the whole response and whether it was attested. */
   async send(input: string | URL | Request, init?: RequestInit): Promise<ServiceResponse> {
     const target = typeof input === "string" ? new URL(input, `${this.origin}/`) : input;
@@ -334,6 +370,13 @@ export class ServiceClient {
     }
     return this.attestor;
   }
+}
+
+export function noMcpEndpoint(discoveryUrl: string): UsageError {
+  return new UsageError(
+    "no_mcp_endpoint",
+    `${discoveryUrl} names no MCP endpoint (its mcp.url): give the MCP server's own URL`,
+  );
 }
 
 /**

@@ -69,6 +69,11 @@ describe("proto CLI, failures", () => {
       "invalid_url",
     );
     assertOneLineError(await cli(homes.fresh, "whoami", "--bogus"), 2, "usage");
+    // A service's URL stands for the MCP endpoint its discovery document names; this one names none.
+    assert.equal(
+      assertOneLineError(await cli(homes.fresh, "mcp", env.site.origin), 2, "no_mcp_endpoint"),
+      `proto: no_mcp_endpoint: ${env.site.discoveryUrl} names no MCP endpoint (its mcp.url): give the MCP server's own URL`,
+    );
     // With --json the error is also the stdout document.
     const json = await cli(homes.fresh, "trust", "token", "not-a-did", "--attestor", env.trustUrl, "--json");
     assert.equal(jsonOf(json).error.code, "invalid_aud");

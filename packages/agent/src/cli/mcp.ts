@@ -4,6 +4,7 @@ import type { Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { Agent } from "../agent.js";
 import { UsageError } from "../errors.js";
 import { connectMcp, mcpError } from "../mcp.js";
+import { findMcpEndpoint } from "../mcp-endpoint.js";
 import { EXIT, errorLine, type Output, table } from "./output.js";
 import { inline } from "./terminal-text.js";
 
@@ -20,16 +21,18 @@ type CallResult = Awaited<ReturnType<Client["callTool"]>>;
 export async function runMcp(agent: Agent, command: McpCommand, out: Output, signal: AbortSignal): Promise<number> {
   // Bad arguments are found before anything is sent.
   const args = command.tool === undefined ? undefined : parseArguments(command.args);
-  const url = command.url;
+  let url = command.url;
   let client: Client | undefined;
   try {
+    // A service's URL stands for its MCP endpoint, which its discovery document names.
+    url = (await findMcpEndpoint(command.url, { ...agent.httpOptions(), signal })).url;
     client = await connectMcp(agent, url, {
       ...(command.attestor === undefined ? {} : { attestor: command.attestor }),
       signal,
     });
     const tools = await listTools(client, signal);
     if (command.tool === undefined) {
-      printTools(out, url, client, tools);
+      printTools(out, { endpoint: url, given: command.url }, client, tools);
       return EXIT.ok;
     }
     const name = command.tool;
@@ -81,7 +84,9 @@ async function listTools(client: Client, signal: AbortSignal): Promise<Tool[]> {
   return tools;
 }
 
-function printTools(out: Output, url: string, client: Client, tools: Tool[]): void {
+/** `endpoint`: the MCP endpoint; `given`: the URL on the command line, to call a tool with. */
+function printTools(out: Output, urls: { endpoint: string; given: string }, client: Client, tools: Tool[]): void {
+  const url = urls.endpoint;
   if (tools.length === 0) {
     out.result({ url, server: client.getServerVersion() ?? null, tools }, `${url} offers no tools.`);
     return;
@@ -93,7 +98,7 @@ function printTools(out: Output, url: string, client: Client, tools: Tool[]): vo
   const room = width > 0 ? Math.max(20, width - nameWidth - 2) : Number.POSITIVE_INFINITY;
   const rows = tools.map((tool) => [tool.name, clip(inline(firstLine(tool.description ?? "")), room)]);
   out.result({ url, server: client.getServerVersion() ?? null, tools }, table([["TOOL", "DESCRIPTION"], ...rows]));
-  out.note(`Call one with: proto mcp ${url} TOOL '{"name": "value"}'`);
+  out.note(`Call one with: proto mcp ${urls.given} TOOL '{"name": "value"}'`);
 }
 
 /** A tool result for a person: its text as text, other content named in brackets. */

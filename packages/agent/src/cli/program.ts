@@ -481,7 +481,7 @@ function buildProgram(
   // --- mcp ---
 
   leaf(program, "mcp", "list an MCP server's tools, or call one, with an access token from the agent's attestor")
-    .argument("<url>", "the MCP server's URL (Streamable HTTP)")
+    .argument("<url>", "the MCP endpoint's URL, or a service's URL (its discovery document names it)")
     .argument("[tool]", "the tool to call (without it, the tools are listed)")
     .argument("[json-args]", "the tool's arguments: one JSON object (default {})")
     .option(
