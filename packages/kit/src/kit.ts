@@ -41,6 +41,7 @@ import {
 import { invitationHandler } from "./invitation.js";
 import { keyDirectorySource } from "./key-directories.js";
 import type { KitMailOptions, OutboxEntry } from "./mailer.js";
+import { advertiseMcp } from "./mcp-discovery.js";
 import { ProtectedResource, type ProtectedResourceOptions } from "./mcp-resource.js";
 import {
   keyRekeyHandler,
@@ -55,8 +56,8 @@ import {
   signOutHandler,
 } from "./owner.js";
 import { errorPage } from "./pages.js";
-import { MemoryRateLimiter, type RateLimiter, StoreRateLimiter } from "./rate-limit.js";
 import { checkPublicUrl } from "./public-url.js";
+import { MemoryRateLimiter, type RateLimiter, StoreRateLimiter } from "./rate-limit.js";
 import { isForm } from "./request-body.js";
 import { type AccountResource, toAccountResource } from "./resource.js";
 import { type NewOwnerSession, type OwnerSession, OwnerSessions } from "./sessions.js";
@@ -86,13 +87,13 @@ export interface KitOptions {
    * on. https: proto agents reach services over https only; an http URL is refused at start.
    */
   publicUrl: string;
-  /** The discovery document, or the parts to build it from (`buildDiscoveryDocument`). */
   /**
    * Development and tests only: accept a plain-http `publicUrl` on this machine (localhost,
    * 127.0.0.0/8, [::1]), for browsers and tests. proto agents still cannot call it: they refuse
    * http services with `insecure_url`.
    */
   allowHttp?: boolean;
+  /** The discovery document, or the parts to build it from (`buildDiscoveryDocument`). */
   discovery: DiscoveryInput | DiscoveryDocument;
   /** `sqlite:PATH`, `sqlite::memory:` or `postgres://...` (ignored when `store` is given). */
   database?: string;
@@ -520,9 +521,11 @@ export class Kit {
    * naming the accepted attestors as its authorization servers, and the offline check of the RFC 9068
    * access tokens they issue, whose agents land in the accounts their signed requests use. Mount it
    * with `mcpRoute` (Fastify), or its `handleMetadata`, `authenticate` and `errorToResponse`.
+   * The discovery document names it as the service's MCP endpoint (`mcp`) unless it names one
+   * already or `advertise` is false.
    */
   protectedResource(options: ProtectedResourceOptions): ProtectedResource {
-    return new ProtectedResource(
+    const resource = new ProtectedResource(
       {
         origin: this.origin,
         serviceDid: this.serviceDid,
@@ -538,6 +541,8 @@ export class Kit {
       },
       options,
     );
+    if (options.advertise !== false) advertiseMcp(this.discovery, resource);
+    return resource;
   }
 
   // ---------------------------------------------------------------- owner sessions
@@ -808,6 +813,8 @@ export class Kit {
 
 /** Creates the kit: opens (and migrates) the store unless one is given, builds and validates the discovery document. */
 export async function createKit(options: KitOptions): Promise<Kit> {
+  // Before the store is opened: a kit no agent could call never touches the database.
+  checkPublicUrl(options.publicUrl, options.allowHttp === true);
   if (options.store !== undefined) return new Kit(options, options.store, false);
   if (options.database === undefined) {
     throw new KitConfigError("database", "createKit needs database (sqlite:PATH or postgres://...) or store");
@@ -815,8 +822,6 @@ export async function createKit(options: KitOptions): Promise<Kit> {
   const store = await openKitStore(options.database);
   try {
     return new Kit(options, store, true);
-  // Before the store is opened: a kit no agent could call never touches the database.
-  checkPublicUrl(options.publicUrl, options.allowHttp === true);
   } catch (error) {
     await store.close();
     throw error;

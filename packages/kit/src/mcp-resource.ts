@@ -61,6 +61,12 @@ export interface ProtectedResourceOptions {
   rootMetadata?: boolean;
   /** The rate-limit bucket of agents' accounts (default `METHOD {path}`, as `requireAgent`). */
   route?: string;
+  /**
+   * Name this endpoint in the discovery document's `mcp` member (default true), so that agents
+   * given the service's URL find it. Only when the document names no MCP endpoint yet: the first
+   * resource, or none when `discovery.mcp` was given.
+   */
+  advertise?: boolean;
 }
 
 /** The RFC 9728 §2 document. */
