@@ -46,6 +46,7 @@ export type {
   DiscoveryEndpoints,
   DiscoveryFeature,
   DiscoveryLimits,
+  DiscoveryMcp,
   DiscoveryRecipientType,
   DiscoveryValidationError,
   DiscoveryValidationResult,
