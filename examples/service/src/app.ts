@@ -30,7 +30,7 @@ import {
 } from "@proto/kit";
 import { type FetchFunction, isDidKey, ProtoError, protoError, recipientKey } from "@proto/protocol";
 import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
-import { MCP_PATH, mountMcp } from "./mcp.js";
+import { mountMcp } from "./mcp.js";
 import { type Note, NotesStore } from "./notes-store.js";
 import {
   type ConfirmInput,
@@ -164,11 +164,11 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
   let notes: NotesStore;
   try {
     notes = await NotesStore.open(store);
+    kit = await createKit({
+      publicUrl: publicUrl.origin,
       // Without TLS (no NOTES_TLS_CERT) the service is for browsers and tests on this machine: the
       // kit refuses plain http anywhere else, and agents call services over https only.
       allowHttp: publicUrl.protocol === "http:",
-    kit = await createKit({
-      publicUrl: publicUrl.origin,
       // The kit's pages (the claim page) say "Notes" and link on to this service's owner page.
       serviceName: "Notes",
       ownerPage: OWNER_PAGE,
@@ -182,12 +182,8 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
         limits: { unclaimed_rate_limit_per_hour: 600 },
         billing: { unclaimed_mode: "attested_only", accepted_attestors: [issuer] },
         features: ["attestation", "key_rotation"],
-        // Not in the contract (consumers ignore unknown members): where MCP clients find the
-        // service's tools, and the RFC 9728 metadata naming the attestor that issues their tokens.
-        mcp: {
-          url: `${publicUrl.origin}${MCP_PATH}`,
-          resource_metadata: `${publicUrl.origin}/.well-known/oauth-protected-resource${MCP_PATH}`,
-        },
+        // `mcp` (where agents find the tools, docs/discovery-mcp.md) is written by the kit when
+        // mountMcp configures the protected resource.
       },
       attestors: {
         // Plain http is accepted for an attestor on this machine only (development, tests).
