@@ -61,7 +61,6 @@ for (const engine of ENGINES) {
     before(async () => {
       database = await createTestDatabase(engine);
       store = await openKitStore(database.url);
-        allowHttp: true,
       clock = new TestClock();
       attestor = await TestAttestor.start(clock, []);
       relay = await startTcpProxy("127.0.0.1", Number(new URL(attestor.url).port));
@@ -70,6 +69,7 @@ for (const engine of ENGINES) {
       serviceDid = `did:web:127.0.0.1%3A${port}`;
       kit = await createKit({
         publicUrl: origin,
+        allowHttp: true,
         discovery: { service_did: serviceDid, features: ["attestation"], recipient_types: ["oidc"] },
         attestors: {
           "proto-trust": {
@@ -163,7 +163,6 @@ for (const engine of ENGINES) {
       const [head, payload] = attestation.split(".");
       const tampered = `${head}.${payload}.${"A".repeat(86)}`;
       const refused = await signed(agent, tampered);
-        allowHttp: true,
       assert.equal(refused.status, 401, refused.text);
       assert.equal(refused.json.error.code, "invalid_attestation");
     });
@@ -172,6 +171,7 @@ for (const engine of ENGINES) {
       const closed = await freePort();
       const offline = await createKit({
         publicUrl: origin,
+        allowHttp: true,
         discovery: { service_did: serviceDid, features: ["attestation"], recipient_types: ["oidc"] },
         attestors: { "proto-trust": { url: `http://127.0.0.1:${closed}`, allowHttp: true } },
         serviceName: "Notes",

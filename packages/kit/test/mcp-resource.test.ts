@@ -67,7 +67,6 @@ for (const engine of ENGINES) {
       database = await createTestDatabase(engine);
       store = await openKitStore(database.url);
       clock = new TestClock();
-        allowHttp: true,
       attestor = await TestAttestor.start(clock, []);
       const port = await freePort();
       origin = `http://127.0.0.1:${port}`;
@@ -77,6 +76,7 @@ for (const engine of ENGINES) {
       metadataUrl = `${origin}/.well-known/oauth-protected-resource/mcp`;
       kit = await createKit({
         publicUrl: origin,
+        allowHttp: true,
         discovery: { service_did: serviceDid, features: ["attestation"], recipient_types: ["oidc"] },
         attestors: { "proto-trust": { url: attestor.url, allowHttp: true } },
         serviceName: "Notes",
@@ -532,7 +532,6 @@ for (const engine of ENGINES) {
       assert.equal(accepted.status, 200, accepted.text);
       await store.revokeKey({ accountId: accepted.json.account_id, did: agent.did, now: clock.now(), reason: "test" });
       const refused = await call("GET", "/mcp", { token });
-        allowHttp: true,
       assertRefused(refused, { status: 401, code: "invalid_token", bearerError: "invalid_token" });
       assert.match(refused.json.error.message, /revoked/);
     });
@@ -542,6 +541,7 @@ for (const engine of ENGINES) {
       const fetchOrigin = `http://127.0.0.1:${port}`;
       const own = await createKit({
         publicUrl: fetchOrigin,
+        allowHttp: true,
         discovery: {
           service_did: `did:web:127.0.0.1%3A${port}`,
           features: ["attestation"],
