@@ -25,7 +25,7 @@ export function checkPublicUrl(value: unknown, allowHttp: boolean): URL {
     );
   }
   if (url.protocol === "https:") return url;
-  const refusal = `publicUrl ${url.origin} is not https: proto agents reach services over https only (the SDK and \`proto call\` refuse ${url.protocol}// with insecure_url), so no agent could call this kit`;
+  const refusal = `publicUrl ${url.origin} must be https: proto agents reach services over https only (the SDK and \`proto call\` refuse ${url.protocol}// with insecure_url), so no agent could call this kit`;
   if (url.protocol !== "http:") throw new KitConfigError("publicUrl", `${refusal}. Use an https URL.`);
   if (!isLoopbackHostname(url.hostname)) {
     const note = allowHttp ? " (allowHttp accepts http on localhost, 127.0.0.0/8 and [::1] only)" : "";

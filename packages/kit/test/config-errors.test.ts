@@ -45,7 +45,7 @@ describe("createKit: publicUrl must be a URL agents can call (https)", () => {
     );
     assert.match(
       message,
-      /^publicUrl http:\/\/notes\.example is not https: proto agents reach services over https only/,
+      /^publicUrl http:\/\/notes\.example must be https: proto agents reach services over https only/,
     );
     assert.match(message, /insecure_url/);
     assert.match(message, /`npm run dev`.*data\/dev-ca\/ \(localhost\.pem and localhost-key\.pem\)/);
@@ -83,7 +83,7 @@ describe("createKit: publicUrl must be a URL agents can call (https)", () => {
     assert.match(await refusal(options({ publicUrl: "notes.example" }), "publicUrl"), /is not an absolute URL/);
     assert.match(
       await refusal(options({ publicUrl: "ftp://notes.example" }), "publicUrl"),
-      /is not https: .*Use an https URL\./,
+      /must be https: .*Use an https URL\./,
     );
   });
 });
