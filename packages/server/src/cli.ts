@@ -1,4 +1,5 @@
 import { parseArgs } from "node:util";
+import { DIRECTORY_LINKS, listeningBanner, logsLine, TRUST_LINKS } from "./cli-banner.js";
 import { isProductionEnv } from "./platform/config.js";
 import { unavailableDependency } from "./platform/dependency.js";
 import { ConfigError } from "./platform/env.js";
@@ -40,6 +41,9 @@ Configuration comes from the environment; see the README.`;
 interface Running {
   name: string;
   close(): Promise<void>;
+  /** Where it listens and what to open (standard error). */
+  banner: string;
+  logLevel: string;
 }
 
 function port(value: string | undefined, fallback: number): number {
@@ -78,7 +82,14 @@ async function configureDirectory(mirrorOf: string | undefined): Promise<Configu
     async start(listenPort, host) {
       const directory = await buildDirectoryApp(config);
       await directory.app.listen({ port: listenPort, host });
-      return { name: "directory", close: directory.close };
+      const banner = listeningBanner({
+        label: "directory",
+        publicUrlVariable: "DIRECTORY_PUBLIC_URL",
+        publicUrl: config.publicUrl,
+        app: directory.app,
+        links: DIRECTORY_LINKS,
+      });
+      return { name: "directory", close: directory.close, banner, logLevel: config.platform.logLevel };
     },
   };
 }
@@ -90,7 +101,14 @@ async function configureTrust(): Promise<Configured> {
     async start(listenPort, host) {
       const trust = await buildTrustApp(config);
       await trust.app.listen({ port: listenPort, host });
-      return { name: "trust", close: trust.close };
+      const banner = listeningBanner({
+        label: "attestor",
+        publicUrlVariable: "TRUST_PUBLIC_URL",
+        publicUrl: config.publicUrl,
+        app: trust.app,
+        links: TRUST_LINKS,
+      });
+      return { name: "trust", close: trust.close, banner, logLevel: config.platform.logLevel };
     },
   };
 }
@@ -200,6 +218,8 @@ async function main(argv: string[]): Promise<void> {
     default:
       throw new UsageError(`unknown command ${JSON.stringify(command)}`);
   }
+  const logLevel = running[0]?.logLevel ?? "info";
+  process.stderr.write(`${running.map((r) => r.banner).join("")}${logLevel === "silent" ? "" : logsLine(logLevel)}`);
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;

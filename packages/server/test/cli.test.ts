@@ -223,6 +223,103 @@ describe("proto-server's listening address", () => {
   });
 });
 
+/** Standard output is the JSON log: every line parses, whatever else the command printed. */
+function assertJsonLines(stdout: string): void {
+  const lines = stdout.split("\n").filter((line) => line !== "");
+  assert.ok(lines.length > 0, "the servers logged");
+  for (const line of lines) assert.doesNotThrow(() => JSON.parse(line), `not a JSON log line: ${line}`);
+}
+
+describe("proto-server prints where each service listens and what to open", () => {
+  test("all: both services' URLs on standard error, the JSON log alone on standard output", {
+    timeout: TEST_TIMEOUT_MS,
+  }, async (t) => {
+    const dir = tempDir(t);
+    const [directoryPort, trustPort] = [await freePort(), await freePort()];
+    const directory = `http://localhost:${directoryPort}`;
+    const trust = `http://localhost:${trustPort}`;
+    const server = run(["all", "--directory-port", String(directoryPort), "--trust-port", String(trustPort)], {
+      DIRECTORY_DATABASE_URL: `sqlite:${join(dir, "directory.db")}`,
+      TRUST_DATABASE_URL: `sqlite:${join(dir, "trust.db")}`,
+      DIRECTORY_PUBLIC_URL: directory,
+      TRUST_PUBLIC_URL: trust,
+    });
+    t.after(async () => {
+      if (server.child.exitCode === null && server.child.signalCode === null) server.child.kill("SIGTERM");
+      await server.exited;
+    });
+    await server.waitFor(/logs are JSON lines/);
+    const { stdout, stderr } = server.output();
+    const lines = stderr.split("\n");
+    assert.ok(lines.includes(`proto-server: directory listening on http://127.0.0.1:${directoryPort}`), stderr);
+    assert.ok(lines.includes(`proto-server: attestor listening on http://127.0.0.1:${trustPort}`), stderr);
+    const urls = [
+      `${directory}/`,
+      `${directory}/docs`,
+      `${trust}/account`,
+      `${trust}/docs`,
+      // Outside production, without SMTP_URL, sign-in mail waits there.
+      `${trust}/dev/outbox`,
+    ];
+    for (const url of urls) {
+      assert.ok(
+        lines.some((line) => line.startsWith(`  ${url} `)),
+        `${url} is printed:\n${stderr}`,
+      );
+      // What a person opens answers.
+      const page = await fetch(url, { headers: { accept: "text/html" } });
+      assert.equal(page.status, 200, url);
+      await page.arrayBuffer();
+    }
+    assert.doesNotMatch(stderr, /note:/, "the public URLs name these ports");
+    assert.ok(lines.includes("proto-server: logs are JSON lines on standard output, level info (LOG_LEVEL)"), stderr);
+    assertJsonLines(stdout);
+    assert.doesNotMatch(stdout, /proto-server:/);
+  });
+
+  test("a public URL on this machine with another port is pointed out, with the value to set", {
+    timeout: TEST_TIMEOUT_MS,
+  }, async (t) => {
+    const port = await freePort();
+    const server = run(["directory", "--port", String(port)], {
+      DIRECTORY_DATABASE_URL: `sqlite:${join(tempDir(t), "directory.db")}`,
+    });
+    t.after(async () => {
+      if (server.child.exitCode === null && server.child.signalCode === null) server.child.kill("SIGTERM");
+      await server.exited;
+    });
+    await server.waitFor(/logs are JSON lines/);
+    assert.match(
+      server.output().stderr,
+      new RegExp(
+        `\n {2}note: DIRECTORY_PUBLIC_URL is http://localhost:8080, not this port: .*; set DIRECTORY_PUBLIC_URL=http://localhost:${port}\n`,
+      ),
+    );
+  });
+
+  test("in production the lines name the public URL, on standard error: standard output stays JSON lines", {
+    timeout: TEST_TIMEOUT_MS,
+  }, async (t) => {
+    const port = await freePort();
+    const server = run(["directory", "--port", String(port)], {
+      NODE_ENV: "production",
+      DIRECTORY_PUBLIC_URL: "https://directory.example",
+      DIRECTORY_DATABASE_URL: `sqlite:${join(tempDir(t), "directory.db")}`,
+    });
+    t.after(async () => {
+      if (server.child.exitCode === null && server.child.signalCode === null) server.child.kill("SIGTERM");
+      await server.exited;
+    });
+    await server.waitFor(/logs are JSON lines/);
+    const { stdout, stderr } = server.output();
+    assert.match(stderr, new RegExp(`^proto-server: directory listening on http://0\\.0\\.0\\.0:${port}\n`, "m"));
+    assert.match(stderr, /^ {2}https:\/\/directory\.example\/ +browse the listings/m);
+    assert.match(stderr, /^ {2}https:\/\/directory\.example\/docs +API docs/m);
+    assert.doesNotMatch(stderr, /note:/, "another machine's URL is not second-guessed");
+    assertJsonLines(stdout);
+  });
+});
+
 describe("proto-server refuses bad configuration and usage", () => {
   for (const nodeEnv of ["production", " Production "]) {
     test(`NODE_ENV=${JSON.stringify(nodeEnv)} with PROTO_TEST_HOOKS=1 refuses to start, naming PROTO_TEST_HOOKS`, {
