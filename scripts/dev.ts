@@ -67,7 +67,7 @@ const listing = await listNotesService(stack, settings.dataDir).catch(
 process.stdout.write(
   renderBanner({
     urls: stack.urls,
-    // Where `npx proto` finds the command, wherever this was started from.
+    // Where `node_modules/.bin/proto` is, wherever this was started from.
     root: fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, ""),
     dataDir: settings.dataDir,
     caCertPath: ca.caCertPath,

@@ -7,7 +7,7 @@ import type { DevUrls } from "./stack.js";
 
 export interface BannerInput {
   urls: DevUrls;
-  /** The repository root, where `npx proto` finds the command. */
+  /** The repository root, where `node_modules/.bin/proto` is. */
   root: string;
   dataDir: string;
   caCertPath: string;
@@ -25,17 +25,24 @@ export function shellQuote(value: string): string {
 /** The first note an agent writes: valid JSON, quoted for the shell. */
 export const FIRST_NOTE = JSON.stringify({ text: "Hello from my agent" });
 
+/**
+ * The agent command this clone installed, by its path: `npx proto` would do outside the
+ * repository what it does here only by luck of the folder, ask the npm registry for `proto`, an
+ * unrelated package of that name.
+ */
+export const PROTO_COMMAND = "node_modules/.bin/proto";
+
 /** The five commands, in order (also what the test runs). */
 export function nextCommands(input: Pick<BannerInput, "urls" | "caCertPath">): string[] {
   const { urls } = input;
   return [
-    `npx proto init --attestor ${urls.trust} --directory ${urls.directory}`,
-    "npx proto trust link",
+    `${PROTO_COMMAND} init --attestor ${urls.trust} --directory ${urls.directory}`,
+    `${PROTO_COMMAND} trust link`,
     // Only this one reaches the HTTPS service, so only it needs the development CA, named right here.
-    `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} npx proto call ${urls.notes}/notes -d ${shellQuote(FIRST_NOTE)}`,
-    "npx proto directory list",
+    `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} ${PROTO_COMMAND} call ${urls.notes}/notes -d ${shellQuote(FIRST_NOTE)}`,
+    `${PROTO_COMMAND} directory list`,
     // The same notes as MCP tools: the agent gets an access token from the attestor by itself.
-    `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} npx proto mcp ${urls.notes}/mcp list_notes`,
+    `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} ${PROTO_COMMAND} mcp ${urls.notes}/mcp list_notes`,
   ];
 }
 

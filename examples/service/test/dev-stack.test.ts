@@ -19,6 +19,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { launchChromium } from "@proto/testkit";
+import { nextCommands } from "../../../scripts/dev/banner.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const PERSON = "newcomer@example.com";
@@ -195,12 +196,15 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   const commands = [...banner.matchAll(/^ {2}(\d)\. (.+)$/gm)].map((m) => m[2] as string);
   assert.equal(commands.length, 5, banner);
   const [init, link, call, list, mcp] = commands as [string, string, string, string, string];
-  assert.match(init, /^npx proto init /);
-  assert.match(link, /^npx proto trust link/);
-  assert.match(call, new RegExp(`npx proto call ${notes}/notes`));
+  // The command by its path in the clone: `npx proto` outside the repository asks the npm
+  // registry for an unrelated package named `proto`.
+  assert.match(init, /^node_modules\/\.bin\/proto init /);
+  assert.match(link, /^node_modules\/\.bin\/proto trust link/);
+  assert.match(call, new RegExp(`node_modules/\\.bin/proto call ${notes}/notes`));
   assert.match(call, /^NODE_EXTRA_CA_CERTS=/);
-  assert.match(list, /^npx proto directory list/);
-  assert.match(mcp, new RegExp(`npx proto mcp ${notes}/mcp list_notes$`));
+  assert.match(list, /^node_modules\/\.bin\/proto directory list/);
+  assert.match(mcp, new RegExp(`node_modules/\\.bin/proto mcp ${notes}/mcp list_notes$`));
+  assert.ok(!commands.some((command) => /\bnpx\b/.test(command)), commands.join("\n"));
   assert.match(mcp, /^NODE_EXTRA_CA_CERTS=/);
 
   // The CA is kept in the data folder, its key readable by its owner only; the test hooks are off.
@@ -284,6 +288,36 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   // npm re-raises the signal once its script has exited, as a shell shows for any Ctrl-C.
   assert.ok(stopped.code === 0 || stopped.signal === "SIGINT", JSON.stringify(stopped));
   for (const port of [directoryPort, trustPort, notesPort]) assert.ok(await refused(port), `port ${port} is free`);
+});
+
+test("the README's five commands are the banner's at the default ports; no README runs `npx proto`", () => {
+  const readme = readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("### Trying it"));
+  const block = [...section.matchAll(/```sh\n([\s\S]*?)```/g)][1]?.[1] ?? "";
+  // The README's lines keep comments for people; the banner's do not.
+  const documented = block
+    .split("\n")
+    .map((line) => line.replace(/\s+#.*$/, ""))
+    .filter((line) => line !== "");
+  const caCertPath = "/CA/ca.pem";
+  const printed = nextCommands({
+    urls: {
+      directory: "http://localhost:8080",
+      trust: "http://localhost:8081",
+      notes: "https://localhost:3443",
+      notesDid: "did:web:localhost%3A3443",
+      notesOutbox: "https://localhost:3443/proto/owner/dev/outbox",
+    },
+    caCertPath,
+  }).map((command) => command.replace(caCertPath, "$PWD/data/dev-ca/ca.pem"));
+  assert.deepEqual(documented, printed);
+  // Outside a project that installed @proto/agent, `npx proto` asks the npm registry for an
+  // unrelated package named `proto`.
+  for (const file of ["README.md", "packages/agent/README.md", "examples/service/README.md"]) {
+    const text = readFileSync(join(REPO_ROOT, file), "utf8");
+    const runs = text.split("\n").filter((line) => /^(\S+=\S+ )*npx proto /.test(line));
+    assert.deepEqual(runs, [], `${file} runs \`npx proto\``);
+  }
 });
 
 test("a port already taken (say, by `npm start`) is one line naming it and the variable to change", async (t) => {
