@@ -17,17 +17,15 @@ import { join } from "node:path";
 import formbody from "@fastify/formbody";
 import {
   type AccountRecord,
-  agentRoute,
   createKit,
-  createService,
   type InvitationEvent,
   type Kit,
   type KitMailOptions,
   type KitWebBotAuthOptions,
   type OwnerSession,
   openKitStore,
-  protoServerOptions,
 } from "@proto/kit";
+import { agentRoute, createService, protoServerOptions } from "@proto/kit/fastify";
 import { type FetchFunction, isDidKey, ProtoError, protoError, recipientKey } from "@proto/protocol";
 import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
 import { mountMcp } from "./mcp.js";

@@ -8,7 +8,7 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import type { BearerContext, Kit } from "@proto/kit";
-import { mcpRoute } from "@proto/kit";
+import { mcpRoute } from "@proto/kit/fastify";
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { Note, NotesStore } from "./notes-store.js";

@@ -4,7 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { createKit, createService, type InvitationEvent, type Kit, protoServerOptions } from "@proto/kit";
+import { createKit, type InvitationEvent, type Kit } from "@proto/kit";
+import { createService, protoServerOptions } from "@proto/kit/fastify";
 import Fastify, { type FastifyInstance } from "fastify";
 import { closedPort, jsonOf, runCli, startCli, startTestEnv, type TestEnv, tempHome } from "./support/env.js";
 

@@ -12,18 +12,9 @@ export {
 export { MAIL_RETRY_AFTER_SECONDS } from "./email.js";
 export type { KitErrorUse, KitSpecificErrorCode } from "./errors.js";
 export { KIT_ERRORS, KIT_SPECIFIC_ERRORS, kitError } from "./errors.js";
-export type { CreateServiceOptions, McpRouteOptions, RequireAgentOptions } from "./fastify.js";
-export {
-  agentRoute,
-  captureRawBody,
-  createService,
-  mcpRoute,
-  protoServerOptions,
-  requireAgent,
-  requireBearer,
-  serveResourceMetadata,
-  toKitRequest,
-} from "./fastify.js";
+// The Fastify adapter is @proto/kit/fastify, like ./express and ./hono: what this entry declares
+// names no optional peer, so a project without Fastify type-checks it with skipLibCheck off.
+export type { RequireAgentOptions } from "./guard.js";
 export type { KitRequest, KitResponse } from "./http.js";
 export { toFetchResponse } from "./http.js";
 export type {

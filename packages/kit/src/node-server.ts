@@ -4,7 +4,9 @@
  * Fastify adapter gets the same from `protoServerOptions()`; the answers come from the one
  * implementation the servers use too (`@proto/protocol` transport errors).
  */
-import type { IncomingMessage, RequestListener, Server, ServerResponse } from "node:http";
+import { type IncomingMessage, type RequestListener, Server, type ServerResponse } from "node:http";
+import type { Http2SecureServer, Http2Server } from "node:http2";
+import { Server as HttpsServer } from "node:https";
 import { ProtoError, refuseBadHost, socketErrorResponder, type TransportError } from "@proto/protocol";
 
 /** A refusal below routing as the kit's envelope: `malformed_request` with the transport's status. */
@@ -54,6 +56,12 @@ function refuseUnroutable(request: IncomingMessage, response: ServerResponse): b
 }
 
 /**
+ * The servers `serve()` of `@hono/node-server` may return (its `ServerType`), so that its answer
+ * is taken as it is; node:http's, its default, is the one this guards.
+ */
+type NodeServer = Server | Http2Server | Http2SecureServer;
+
+/**
  * Makes `server` answer in the error envelope what is refused before any route is known, as the
  * Fastify adapter's `protoServerOptions()` does: what node's parser refuses (a malformed request
  * line, bad header bytes, oversized headers, broken framing: 400, 408 or 431), a Host that cannot
@@ -65,9 +73,18 @@ function refuseUnroutable(request: IncomingMessage, response: ServerResponse): b
  * Call it once the application is attached, on the server it listens with:
  * `protoClientErrors(app.listen(3000))` (Express), `protoClientErrors(serve({ fetch: app.fetch }))`
  * (Hono). The checks run before the application's request listeners, which it takes over; a
- * server with none yet is a wiring mistake and throws. Returns the server.
+ * server with none yet is a wiring mistake and throws, and so does an HTTP/2 server, whose
+ * requests carry no Host for these checks to read. Returns the server.
  */
-export function protoClientErrors<S extends Server>(server: S): S {
+export function protoClientErrors<S extends NodeServer>(server: S): S {
+  if (!(server instanceof Server || server instanceof HttpsServer)) {
+    throw new TypeError("protoClientErrors: not a node:http or node:https server (HTTP/2 servers are not supported)");
+  }
+  guard(server);
+  return server;
+}
+
+function guard(server: Server): void {
   const listeners = server.listeners("request") as RequestListener[];
   if (listeners.length === 0) {
     throw new Error("protoClientErrors: the server has no request listener yet; call it after attaching the app");
@@ -80,5 +97,4 @@ export function protoClientErrors<S extends Server>(server: S): S {
     if (refuseBadHost(request, response, transportEnvelope) || refuseUnroutable(request, response)) return;
     for (const listener of listeners) listener.call(server, request, response);
   });
-  return server;
 }

@@ -3,16 +3,8 @@ import { after, before, describe, test } from "node:test";
 import { signRequest } from "@proto/protocol";
 import { startTcpProxy, type TcpProxy } from "@proto/testkit";
 import Fastify, { type FastifyInstance } from "fastify";
-import {
-  agentRoute,
-  type BearerContext,
-  createKit,
-  createService,
-  type Kit,
-  type KitStore,
-  mcpRoute,
-  openKitStore,
-} from "../src/index.js";
+import { agentRoute, createService, mcpRoute } from "../src/fastify.js";
+import { type BearerContext, createKit, type Kit, type KitStore, openKitStore } from "../src/index.js";
 import { type Answer, answer, TestAttestor } from "./support/attestor.js";
 import {
   type Agent,

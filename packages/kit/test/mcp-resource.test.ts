@@ -6,17 +6,8 @@ import { serve } from "@hono/node-server";
 import { type Challenge, findProtoChallenge, parseWwwAuthenticate, signRequest } from "@proto/protocol";
 import Fastify, { type FastifyInstance } from "fastify";
 import { decodeJwt, decodeProtectedHeader, SignJWT } from "jose";
-import {
-  agentRoute,
-  type BearerContext,
-  createKit,
-  createService,
-  type Kit,
-  type KitStore,
-  mcpRoute,
-  openKitStore,
-  toFetchResponse,
-} from "../src/index.js";
+import { agentRoute, createService, mcpRoute } from "../src/fastify.js";
+import { type BearerContext, createKit, type Kit, type KitStore, openKitStore, toFetchResponse } from "../src/index.js";
 import { type Answer, answer, TestAttestor } from "./support/attestor.js";
 import { Browser, field, type PageAnswer } from "./support/browser.js";
 import {

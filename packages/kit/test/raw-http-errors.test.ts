@@ -6,9 +6,10 @@
  * cannot send these, so they go over a raw socket; testkit's fuzz wire reads the answer.
  */
 import assert from "node:assert/strict";
+import { createServer as createHttp2Server } from "node:http2";
 import { after, before, describe, test } from "node:test";
 import { header, type RawAnswer, sendRaw } from "@proto/testkit/fuzz";
-import { createKit, type Kit } from "../src/index.js";
+import { createKit, type Kit, protoClientErrors } from "../src/index.js";
 import { type AdapterApp, expressApp, honoApp, startExpress, startHono } from "./support/adapter-apps.js";
 
 async function raw(app: AdapterApp, request: string): Promise<RawAnswer> {
@@ -86,5 +87,15 @@ describe("refusals before routing answer in the envelope on Express and Hono", {
       const options = await raw(app, `OPTIONS * HTTP/1.1\r\nHost: a\r\n${END}`);
       assert.ok(options.status < 500, `OPTIONS * answered ${options.status}`);
     }
+  });
+});
+
+// `serve()` of @hono/node-server is typed to return an HTTP/2 server too (given node:http2's
+// createServer), so protoClientErrors takes one; it must say so rather than guard it wrongly.
+test("an HTTP/2 server is refused by name", () => {
+  const server = createHttp2Server((_request, response) => response.end());
+  assert.throws(() => protoClientErrors(server), {
+    name: "TypeError",
+    message: "protoClientErrors: not a node:http or node:https server (HTTP/2 servers are not supported)",
   });
 });

@@ -22,7 +22,8 @@ import BetterSqlite3 from "better-sqlite3";
 import express from "express";
 import Fastify, { type FastifyInstance } from "fastify";
 import { Hono } from "hono";
-import { agentRoute, createKit, createService, type Kit, type KitOptions } from "../src/index.js";
+import { agentRoute, createService } from "../src/fastify.js";
+import { createKit, type Kit, type KitOptions } from "../src/index.js";
 import { type Answer, answer } from "./support/attestor.js";
 import {
   type Agent,

@@ -3,7 +3,8 @@ import { createPublicKey, type KeyObject } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { findProtoChallenge, jwkThumbprint, signWebBotAuth } from "@proto/protocol";
 import Fastify, { type FastifyInstance } from "fastify";
-import { agentRoute, createKit, createService, type Kit, type KitStore, openKitStore } from "../src/index.js";
+import { agentRoute, createService } from "../src/fastify.js";
+import { createKit, type Kit, type KitStore, openKitStore } from "../src/index.js";
 import { TestAttestor } from "./support/attestor.js";
 import { createTestDatabase, emailAddress, newAgent, TestClock, type TestDatabase } from "./support/env.js";
 

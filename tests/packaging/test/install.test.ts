@@ -12,7 +12,7 @@
  * the reporter shows how long each took.
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import {
   cpSync,
   existsSync,
@@ -27,159 +27,34 @@ import {
 } from "node:fs";
 import { builtinModules } from "node:module";
 import { tmpdir } from "node:os";
-import { delimiter, dirname, isAbsolute, join, relative } from "node:path";
-import { after, describe, type TestContext, test } from "node:test";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import {
+  explain,
+  isInside,
+  killChildren,
+  type Manifest,
+  MINUTE,
+  npmInstall,
+  PACKAGES,
+  type Packed,
+  packWorkspaces,
+  REPO_ROOT,
+  readJson,
+  registryProblem,
+  run,
+  TSC,
+  timed,
+  track,
+  userEnv,
+  workspaceVersion,
+} from "./support/packing.js";
 
-const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const CONSUMER_TEMPLATE = fileURLToPath(new URL("../consumer/", import.meta.url));
-const TSC = join(REPO_ROOT, "node_modules", "typescript", "bin", "tsc");
-const PACKAGES = ["@proto/protocol", "@proto/agent", "@proto/kit", "@proto/server", "@proto/conformance"] as const;
-const MINUTE = 60_000;
-
-function isInside(parent: string, child: string): boolean {
-  const path = relative(parent, child);
-  return path === "" || (!path.startsWith("..") && !isAbsolute(path));
-}
-
-/**
- * The parent's environment without what the test runner, npm's script runner (which runs this
- * file inside the workspace) or the services' configuration put there, and with a PATH that
- * reaches no workspace node_modules/.bin: the children see what a user's shell would give them.
- */
-function userEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (value === undefined) continue;
-    if (
-      /^(NODE_OPTIONS|NODE_PATH|NODE_ENV|NODE_TEST_CONTEXT|INIT_CWD|PROTO_|DIRECTORY_|TRUST_|REDIS_URL|LOG_LEVEL|npm_package_|npm_lifecycle_|npm_config_local_prefix|npm_config_workspace)/.test(
-        key,
-      )
-    ) {
-      continue;
-    }
-    env[key] = value;
-  }
-  const path = (process.env.PATH ?? "").split(delimiter).filter((dir) => dir !== "" && !isInside(REPO_ROOT, dir));
-  // This node first, so the bins' `#!/usr/bin/env node` runs the version under test.
-  env.PATH = [dirname(process.execPath), ...path].join(delimiter);
-  return { ...env, ...extra };
-}
-
-interface Finished {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  timedOut: boolean;
-  stdout: string;
-  stderr: string;
-}
-
-const children: ChildProcess[] = [];
-
-/** Runs a command to its end; a guard kills its whole process group if it hangs. */
-function run(
-  command: string,
-  args: readonly string[],
-  options: { cwd: string; env?: Record<string, string>; timeoutMs: number },
-): Promise<Finished> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, {
-      cwd: options.cwd,
-      env: options.env ?? userEnv(),
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    children.push(child);
-    let stdout = "";
-    let stderr = "";
-    let timedOut = false;
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-      stdout += chunk;
-    });
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
-      stderr += chunk;
-    });
-    const guard = setTimeout(() => {
-      timedOut = true;
-      killGroup(child);
-    }, options.timeoutMs);
-    child.once("error", (error) => {
-      clearTimeout(guard);
-      reject(error);
-    });
-    child.once("close", (code, signal) => {
-      clearTimeout(guard);
-      resolve({ code, signal, timedOut, stdout, stderr });
-    });
-  });
-}
-
-/** The child and what it started (npm's scripts, node-gyp's compilers): its own process group. */
-function killGroup(child: ChildProcess): void {
-  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-  try {
-    process.kill(-child.pid, "SIGKILL");
-  } catch {
-    // Already gone.
-  }
-}
-
-function tail(text: string): string {
-  return text.length > 6000 ? `…${text.slice(-6000)}` : text;
-}
-
-function explain(what: string, result: Finished): string {
-  const end = result.timedOut ? "timed out" : `exit ${result.code ?? result.signal}`;
-  return `${what}: ${end}\n--- stdout\n${tail(result.stdout)}\n--- stderr\n${tail(result.stderr)}`;
-}
-
-function seconds(ms: number): string {
-  return `${(ms / 1000).toFixed(1)} s`;
-}
-
-/** Runs a step and reports its duration under the test, for whoever watches the suite's time. */
-async function timed<T>(t: TestContext, label: string, step: () => Promise<T>): Promise<T> {
-  const start = performance.now();
-  try {
-    return await step();
-  } finally {
-    t.diagnostic(`${label} took ${seconds(performance.now() - start)}`);
-  }
-}
-
-/** Why the registry cannot be used, or undefined when `npm ping` answers. */
-async function registryProblem(): Promise<string | undefined> {
-  // One attempt, so an offline machine learns it in seconds rather than after npm's retries.
-  const ping = await run("npm", ["ping", "--fetch-retries=0", "--fetch-timeout=30000"], {
-    cwd: tmpdir(),
-    timeoutMs: MINUTE,
-  });
-  if (ping.code === 0) return undefined;
-  const firstError = ping.stderr.split("\n").find((line) => line.startsWith("npm error") && !/complete log/.test(line));
-  const reason = ping.timedOut ? "no answer within a minute" : (firstError ?? `exit ${ping.code}`);
-  return `the npm registry cannot be reached (npm ping: ${reason})`;
-}
 
 const unreachable = await registryProblem();
 const skip = unreachable !== undefined && process.env.CI !== "true" ? unreachable : undefined;
-
-interface PackedFile {
-  path: string;
-}
-interface Packed {
-  name: string;
-  version: string;
-  filename: string;
-  files: PackedFile[];
-}
-interface Manifest {
-  name: string;
-  version: string;
-  bin?: Record<string, string>;
-  exports?: unknown;
-  dependencies?: Record<string, string>;
-  peerDependencies?: Record<string, string>;
-}
 
 const root = mkdtempSync(join(tmpdir(), "proto-packaging-"));
 const tarballs = join(root, "tarballs");
@@ -191,13 +66,9 @@ let installed = false;
 let agentDid = "";
 
 after(() => {
-  for (const child of children) killGroup(child);
+  killChildren();
   rmSync(root, { recursive: true, force: true });
 });
-
-function readJson<T>(path: string): T {
-  return JSON.parse(readFileSync(path, "utf8")) as T;
-}
 
 function installedDir(name: string): string {
   return join(project, "node_modules", ...name.split("/"));
@@ -241,13 +112,10 @@ describe("the packages installed from npm pack tarballs outside the workspace", 
     if (unreachable !== undefined) assert.fail(`${unreachable} (CI=true: not skipped)`);
     assert.ok(!isInside(REPO_ROOT, root), `${root} must be outside the repository`);
     mkdirSync(tarballs);
-    const args = ["pack", ...PACKAGES.flatMap((name) => ["-w", name]), "--pack-destination", tarballs, "--json"];
-    const result = await timed(t, "npm pack", () => run("npm", args, { cwd: REPO_ROOT, timeoutMs: 10 * MINUTE }));
+    const { result, packed: written } = await packWorkspaces(t, PACKAGES, tarballs);
     assert.equal(result.code, 0, explain("npm pack", result));
-    // The prepack scripts (tsc -b) may print before npm's JSON.
-    packed = JSON.parse(result.stdout.slice(result.stdout.search(/^\[/m))) as Packed[];
+    packed = written;
     assert.deepEqual(packed.map((p) => p.name).sort(), [...PACKAGES].sort());
-    for (const p of packed) assert.ok(existsSync(join(tarballs, p.filename)), `${p.filename} was written`);
   });
 
   test("each tarball holds built code, types, bins and assets, and no tests or build files", () => {
@@ -317,18 +185,11 @@ describe("the packages installed from npm pack tarballs outside the workspace", 
       )}\n`,
     );
     // The versions the workspace is tested with, so the npm cache usually has them.
-    const fastify = readJson<Manifest>(join(REPO_ROOT, "node_modules", "fastify", "package.json")).version;
-    const typesNode = readJson<Manifest>(join(REPO_ROOT, "node_modules", "@types", "node", "package.json")).version;
-    const args = [
-      "install",
+    const result = await npmInstall(t, project, [
       ...packed.map((p) => join(tarballs, p.filename)),
-      `fastify@${fastify}`,
-      `@types/node@${typesNode}`,
-      "--prefer-offline",
-      "--no-audit",
-      "--no-fund",
-    ];
-    const result = await timed(t, "npm install", () => run("npm", args, { cwd: project, timeoutMs: 15 * MINUTE }));
+      `fastify@${workspaceVersion("fastify")}`,
+      `@types/node@${workspaceVersion("@types/node")}`,
+    ]);
     assert.equal(result.code, 0, explain("npm install", result));
     installed = true;
   });
@@ -449,7 +310,7 @@ describe("the packages installed from npm pack tarballs outside the workspace", 
         detached: true,
       },
     );
-    children.push(child);
+    track(child);
     let output = "";
     const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
     // Readiness is the server's own "listening" log line; the timer only guards against a hang.

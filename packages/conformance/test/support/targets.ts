@@ -5,7 +5,8 @@
  */
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto";
 import { Writable } from "node:stream";
-import { createKit, createService } from "@proto/kit";
+import { createKit } from "@proto/kit";
+import { createService } from "@proto/kit/fastify";
 import { encodeDidKey, rawPublicKey } from "@proto/protocol";
 import { buildDirectoryApp, buildTrustApp, readDirectoryConfig, readTrustConfig } from "@proto/server";
 import { createTestCA, createTestDatabase, DISCOVERY_PATH, freePort, startHttpsHost } from "@proto/testkit";

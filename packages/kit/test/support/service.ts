@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { findProtoChallenge, signRequest } from "@proto/protocol";
 import Fastify, { type FastifyInstance } from "fastify";
-import { agentRoute, createKit, createService, type Kit, type KitOptions } from "../../src/index.js";
+import { agentRoute, createService } from "../../src/fastify.js";
+import { createKit, type Kit, type KitOptions } from "../../src/index.js";
 import type { Answer } from "./attestor.js";
 import type { Agent, TestClock } from "./env.js";
 

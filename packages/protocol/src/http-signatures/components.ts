@@ -3,15 +3,8 @@
  * from them (§2.5). Derived components come from the target URI as received (target-uri.ts);
  * fields are normalised as §2.1 says.
  */
-import {
-  type BareItem,
-  type InnerList,
-  type Item,
-  isInnerList,
-  parseDictionary,
-  serializeInnerList,
-  serializeItem,
-} from "structured-headers";
+import { isInnerList, parseDictionary, serializeInnerList, serializeItem } from "structured-headers";
+import type { BareItem, InnerList, Item } from "./sf-types.js";
 import { splitTargetUri, type TargetUriParts } from "./target-uri.js";
 
 /** A request as signatures see it. */

@@ -1,9 +1,10 @@
 import { type KeyObject, randomBytes, sign } from "node:crypto";
-import { type BareItem, serializeDictionary } from "structured-headers";
+import { serializeDictionary } from "structured-headers";
 import { privateKeyFromSeed } from "../ed25519.js";
 import { buildSignatureBase, type ComponentIdentifier, type MessageComponents } from "./components.js";
 import { contentDigest } from "./content-digest.js";
 import { bodyBytes, headerReader, type RawRequest, signerTargetUri } from "./message.js";
+import type { BareItem } from "./sf-types.js";
 import {
   componentIdentifiers,
   protoParamEntries,

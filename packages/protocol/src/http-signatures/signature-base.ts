@@ -1,6 +1,6 @@
-import type { BareItem, InnerList } from "structured-headers";
 import { serializeInnerList } from "structured-headers";
 import type { ComponentIdentifier } from "./components.js";
+import type { BareItem, InnerList } from "./sf-types.js";
 
 /** The signature parameters of the proto Ed25519 profile, in the order a signer emits them. */
 export interface SignatureParams {

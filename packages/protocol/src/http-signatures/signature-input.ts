@@ -3,10 +3,11 @@
  * before any parsing, and the checks every profile shares: the time window and the signature.
  */
 import { verify as ed25519Verify, type KeyObject } from "node:crypto";
-import { type BareItem, type Item, isInnerList } from "structured-headers";
+import { isInnerList } from "structured-headers";
 import { ED25519_SIGNATURE_LENGTH } from "../ed25519.js";
 import { type ProtoError, protoError } from "../errors.js";
 import { buildSignatureBase, ComponentError, type MessageComponents } from "./components.js";
+import type { BareItem, Item } from "./sf-types.js";
 import { byteSequence, type ParsedDictionary, parseDictionary } from "./structured-fields.js";
 import { TargetUriError } from "./target-uri.js";
 

@@ -7,15 +7,8 @@
  * list when that text is already its serialisation, which the signature base needs (RFC 9421
  * §2.3) and which would otherwise be rebuilt item by item.
  */
-import {
-  type BareItem,
-  type Dictionary,
-  type InnerList,
-  type Item,
-  parseDictionary as referenceParse,
-  serializeInnerList,
-  Token,
-} from "structured-headers";
+import { parseDictionary as referenceParse, serializeInnerList, Token } from "structured-headers";
+import type { BareItem, Dictionary, InnerList, Item } from "./sf-types.js";
 
 export interface ParsedDictionary {
   readonly members: Dictionary;

@@ -1,5 +1,6 @@
 /** RFC 9421 §5: what a verifier asks a client to sign. */
-import { type Item, serializeDictionary } from "structured-headers";
+import { serializeDictionary } from "structured-headers";
+import type { Item } from "../http-signatures/sf-types.js";
 
 /**
  * RFC 9421 §5.1: the signatures this service would accept, one member per profile: the proto

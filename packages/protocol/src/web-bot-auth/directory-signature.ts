@@ -5,19 +5,12 @@
  * shows that whoever serves the directory at that authority holds the key.
  */
 import { verify as ed25519Verify, type KeyObject } from "node:crypto";
-import {
-  type Dictionary,
-  type InnerList,
-  type Item,
-  isInnerList,
-  parseDictionary,
-  serializeInnerList,
-  serializeItem,
-} from "structured-headers";
+import { isInnerList, parseDictionary, serializeInnerList, serializeItem } from "structured-headers";
 import { ED25519_SIGNATURE_LENGTH } from "../ed25519.js";
 import { buildSignatureBase, ComponentError, type MessageComponents } from "../http-signatures/components.js";
 import { contentDigestMatches } from "../http-signatures/content-digest.js";
 import { headerReader } from "../http-signatures/message.js";
+import type { Dictionary, InnerList, Item } from "../http-signatures/sf-types.js";
 import { fetchTargetUri, TargetUriError } from "../http-signatures/target-uri.js";
 import type { SafeResponseHeaders } from "../safe-fetch.js";
 import { KeyDirectoryError } from "./key-directory-error.js";

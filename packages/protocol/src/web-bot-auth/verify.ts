@@ -10,13 +10,14 @@
  * field, and the older bare string that deployed verifiers still send.
  */
 import type { KeyObject } from "node:crypto";
-import { type BareItem, isInnerList, parseDictionary, parseItem, Token } from "structured-headers";
+import { isInnerList, parseDictionary, parseItem, Token } from "structured-headers";
 import { encodeDidKey } from "../did-key.js";
 import { ED25519_SIGNATURE_LENGTH, rawPublicKey } from "../ed25519.js";
 import { ProtoError, protoError } from "../errors.js";
 import type { ComponentIdentifier } from "../http-signatures/components.js";
 import { contentDigestMatches } from "../http-signatures/content-digest.js";
 import { fromRaw, type RawRequest, type SignedMessage } from "../http-signatures/message.js";
+import type { BareItem } from "../http-signatures/sf-types.js";
 import {
   type CandidateSignature,
   checkEd25519,

@@ -10,7 +10,8 @@
 import { generateKeyPairSync } from "node:crypto";
 import { join } from "node:path";
 import { AgentStore } from "@proto/agent";
-import { agentRoute, createKit, createService, protoServerOptions } from "@proto/kit";
+import { createKit } from "@proto/kit";
+import { agentRoute, createService, protoServerOptions } from "@proto/kit/fastify";
 import {
   DISCOVERY_SCHEMA_ID,
   encodeDidKey,
