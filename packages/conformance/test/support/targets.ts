@@ -247,9 +247,9 @@ export async function startFreeService(): Promise<{ url: string; close(): Promis
   const database = await createTestDatabase("sqlite", "conformance-free");
   const kit = await createKit({
     publicUrl: url,
-    database: database.url,
     // Conformance probes on this machine speak plain http; proto agents would need https.
     allowHttp: true,
+    database: database.url,
     discovery: {
       service_did: `did:web:127.0.0.1%3A${port}`,
       billing: { unclaimed_mode: "free" },
