@@ -4,8 +4,7 @@
  * its own share and never the others'. A client is its address as the adapter reports it (after
  * the framework's trusted proxies), an IPv6 client its /64, which one host usually holds whole.
  */
-import { isIPv6 } from "node:net";
-import { type ProtoError, rateLimitExceeded } from "@proto/protocol";
+import { addressKey, type ProtoError, rateLimitExceeded } from "@proto/protocol";
 import { kitError } from "./errors.js";
 
 export interface DirectoryBudgetOptions {
@@ -24,20 +23,6 @@ const WINDOW_MS = 60_000;
 function whole(name: string, value: number, least: number): number {
   if (!Number.isSafeInteger(value) || value < least) throw new RangeError(`${name} must be a whole number ≥ ${least}`);
   return value;
-}
-
-/** The key a client is counted under: its address, or the /64 an IPv6 address is in. */
-export function clientKey(address: string): string {
-  const bare = address.startsWith("::ffff:") && address.includes(".") ? address.slice(7) : address;
-  if (!isIPv6(bare)) return bare;
-  const [head = "", tail = ""] = bare.split("::", 2);
-  const left = head === "" ? [] : head.split(":");
-  const right = tail === "" ? [] : tail.split(":");
-  const groups = bare.includes("::") ? [...left, ...Array(8 - left.length - right.length).fill("0"), ...right] : left;
-  return `${groups
-    .slice(0, 4)
-    .map((group) => Number.parseInt(group, 16).toString(16))
-    .join(":")}::/64`;
 }
 
 export class DirectoryBudget {
@@ -74,7 +59,7 @@ export class DirectoryBudget {
       this.#clients = new Map();
     }
     const retryAfter = Math.max(1, Math.ceil(((window + 1) * WINDOW_MS - now) / 1000));
-    const key = client === undefined || client === "" ? undefined : clientKey(client);
+    const key = client === undefined || client === "" ? undefined : addressKey(client);
     const used = key === undefined ? 0 : (this.#clients.get(key) ?? 0);
     if (used >= this.#perClient) {
       throw rateLimitExceeded(

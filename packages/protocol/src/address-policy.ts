@@ -96,7 +96,7 @@ export function parseAddress(text: string): ParsedAddress | undefined {
 }
 
 /** The IPv4 address inside ::ffff:a.b.c.d, which a dual-stack socket connects to as plain IPv4. */
-function mappedIPv4(bytes: Uint8Array): string | undefined {
+export function mappedIPv4(bytes: Uint8Array): string | undefined {
   for (let i = 0; i < 10; i++) if (bytes[i] !== 0) return undefined;
   if (bytes[10] !== 0xff || bytes[11] !== 0xff) return undefined;
   return `${bytes[12]}.${bytes[13]}.${bytes[14]}.${bytes[15]}`;

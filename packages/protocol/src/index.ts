@@ -24,6 +24,7 @@ export {
   formatProtoChallenge,
   parseWwwAuthenticate,
 } from "./challenge.js";
+export { addressKey } from "./client-key.js";
 export type { Dependency } from "./dependency-errors.js";
 export { DependencyUnavailable, OUTAGE_RETRY_AFTER_SECONDS, unavailableDependency } from "./dependency-errors.js";
 export type { DidParseResult, DidUrlComponent, ParsedDid, ParsedDidKey, ParsedDidWeb } from "./did.js";

@@ -1,7 +1,12 @@
 import { notFound } from "../platform/errors.js";
 import { type FastAnswer, type FastRoute, fastError } from "../platform/fast-path.js";
 import { rateLimitError } from "../platform/http.js";
-import { type RateLimitDecision, type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
+import {
+  addressRateLimitKey,
+  type RateLimitDecision,
+  type RateLimiter,
+  type RateLimitRule,
+} from "../platform/rate-limit.js";
 import type { StoredBody } from "./body-cache.js";
 import { conditionalRead, READ_CORS } from "./read-answers.js";
 import type { DirectoryService } from "./service.js";
@@ -62,7 +67,7 @@ export function itemReadFastRoute(service: DirectoryService, limiter: RateLimite
       const ip = clientIp(request);
       if (ip !== lastIp) {
         lastIp = ip;
-        lastKey = rateLimitKey("ip", ip);
+        lastKey = addressRateLimitKey(ip);
       }
       const key = lastKey;
       const ifNoneMatch = request.headers["if-none-match"];

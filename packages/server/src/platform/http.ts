@@ -19,7 +19,7 @@ import { redactUrl, serializeRequest } from "./log-redaction.js";
 import type { RequestObserver } from "./metrics.js";
 import { proxyTrust } from "./proxy-trust.js";
 import type { RateLimitDecision, RateLimiter, RateLimitRule } from "./rate-limit.js";
-import { rateLimitKey } from "./rate-limit.js";
+import { addressRateLimitKey } from "./rate-limit.js";
 import { clientErrorHandler, frameworkErrorHandler, refuseBadHost } from "./raw-errors.js";
 import { tuneV8ForServing } from "./v8-flags.js";
 
@@ -247,7 +247,7 @@ export function rateLimitError(decision: RateLimitDecision): ApiError {
 /** A hook that spends one unit of `rule` for the client's IP, answering 429 when it is empty. */
 export function rateLimitHook(limiter: RateLimiter, rule: RateLimitRule) {
   return async (request: FastifyRequest): Promise<void> => {
-    const decision = await limiter.hit(rule, rateLimitKey("ip", request.ip));
+    const decision = await limiter.hit(rule, addressRateLimitKey(request.ip));
     if (!decision.allowed) throw rateLimitError(decision);
   };
 }

@@ -7,6 +7,7 @@
  * replicas (used when REDIS_URL is set).
  */
 import { createHash } from "node:crypto";
+import { addressKey } from "@proto/protocol";
 import type { Redis } from "ioredis";
 import type { Clock } from "./clock.js";
 
@@ -43,6 +44,14 @@ export interface RateLimiter {
  */
 export function rateLimitKey(...parts: string[]): string {
   return parts.map(escapeKeyPart).join(":");
+}
+
+/**
+ * The key of a client address: `rateLimitKey("ip", addressKey(address))`, so an IPv6 client is
+ * counted by its /64 (a host usually holds a whole one) and an IPv4 client's key is unchanged.
+ */
+export function addressRateLimitKey(address: string): string {
+  return rateLimitKey("ip", addressKey(address));
 }
 
 function escapeKeyPart(part: string): string {

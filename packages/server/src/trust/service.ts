@@ -21,7 +21,7 @@ import type { Database } from "../platform/database.js";
 import { isUniqueViolation } from "../platform/database.js";
 import { DependencyUnavailable } from "../platform/dependency.js";
 import { ApiError, invalidRequest, notFound, rateLimited, unauthorized } from "../platform/errors.js";
-import { type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
+import { addressRateLimitKey, type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
 import { randomToken } from "../platform/tokens.js";
 import type { KeyRing, SigningKey } from "./keys.js";
 import type { BindingRow, BindingServiceRow, TrustSchema } from "./migrations.js";
@@ -375,7 +375,7 @@ export class TrustService {
    */
   async mint(request: RawRequest, clientIp: string): Promise<Minted> {
     const rules = this.#deps.settings.rateLimits;
-    const client = rateLimitKey("ip", clientIp);
+    const client = addressRateLimitKey(clientIp);
     const nonces = this.#deps.countingNonces(rules.token, client);
     let verified: VerifiedRequest;
     try {

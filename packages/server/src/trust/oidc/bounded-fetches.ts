@@ -1,5 +1,5 @@
 import type { Clock } from "../../platform/clock.js";
-import { type RateLimiter, type RateLimitRule, rateLimitKey } from "../../platform/rate-limit.js";
+import { addressRateLimitKey, type RateLimiter, type RateLimitRule } from "../../platform/rate-limit.js";
 
 /**
  * A fetch refused before any connection was made: the asking address spent its budget (429), or
@@ -71,7 +71,7 @@ export class BoundedFetches<T> {
     if (ready !== undefined) return ready;
     // Refused before the budget is read: a busy process charges nobody.
     if (this.#inFlight.size >= bounds.maxConcurrent) throw this.#busy();
-    const decision = await bounds.limiter.hit(bounds.perAddress, rateLimitKey("ip", address));
+    const decision = await bounds.limiter.hit(bounds.perAddress, addressRateLimitKey(address));
     // The budget may live in Redis: another request may have started or ended this fetch meanwhile.
     const raced = this.#ready(url);
     if (raced !== undefined) return raced;

@@ -6,7 +6,7 @@ import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
 import { rateLimitHook, sendError, toApiError } from "../../platform/http.js";
 import { clientProblem } from "../../platform/page-errors.js";
-import { type RateLimiter, rateLimitKey } from "../../platform/rate-limit.js";
+import { addressRateLimitKey, type RateLimiter } from "../../platform/rate-limit.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
@@ -331,7 +331,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
   }
 
   app.get<{ Querystring: AuthorizeQuery }>(OAUTH_PATHS.authorization, async (request, reply) => {
-    const limit = await deps.limiter.hit(deps.settings.rateLimits.oauthAuthorize, rateLimitKey("ip", request.ip));
+    const limit = await deps.limiter.hit(deps.settings.rateLimits.oauthAuthorize, addressRateLimitKey(request.ip));
     if (!limit.allowed) return tooMany(reply, limit.retryAfterSeconds);
     const q = request.query;
     const checked = await checkRequest(q, request.ip, reply);
@@ -452,7 +452,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     { schema: { body: registrationBody }, bodyLimit: 16 * 1024 },
     async (request, reply) => {
       reply.header("cache-control", "no-store").header("access-control-allow-origin", "*");
-      const decision = await deps.limiter.hit(deps.settings.rateLimits.oauthRegister, rateLimitKey("ip", request.ip));
+      const decision = await deps.limiter.hit(deps.settings.rateLimits.oauthRegister, addressRateLimitKey(request.ip));
       if (!decision.allowed) {
         throw new OAuthError("slow_down", "too many registrations from this address", 429, {
           "retry-after": String(decision.retryAfterSeconds),

@@ -3,7 +3,7 @@ import type { NonceStore } from "@proto/protocol";
 import { SignJWT } from "jose";
 import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
-import { type RateLimiter, rateLimitKey } from "../../platform/rate-limit.js";
+import { addressRateLimitKey, type RateLimiter } from "../../platform/rate-limit.js";
 import { randomToken } from "../../platform/tokens.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
@@ -204,7 +204,7 @@ export class TokenEndpoint {
     if (scope === undefined) throw new OAuthError("invalid_scope", "scope is malformed");
     const { limiter, settings, clock, publicUrl } = this.#deps;
     // The agent's address counts as it does for `/v1/token`, whose other limits apply too.
-    const decision = await limiter.hit(settings.rateLimits.token, rateLimitKey("ip", clientIp));
+    const decision = await limiter.hit(settings.rateLimits.token, addressRateLimitKey(clientIp));
     if (!decision.allowed) {
       throw new OAuthError("slow_down", "too many token requests from this address", 429, {
         "retry-after": String(decision.retryAfterSeconds),

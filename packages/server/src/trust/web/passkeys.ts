@@ -5,7 +5,7 @@ import type {} from "@fastify/csrf-protection";
 import type { AuthenticationResponseJSON, RegistrationResponseJSON } from "@simplewebauthn/server";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { html, type SafeHtml } from "../../platform/html.js";
-import { type RateLimiter, type RateLimitRule, rateLimitKey } from "../../platform/rate-limit.js";
+import { addressRateLimitKey, type RateLimiter, type RateLimitRule } from "../../platform/rate-limit.js";
 import { randomToken } from "../../platform/tokens.js";
 import { MAX_PASSKEY_NAME, PASSKEY_CHALLENGE_TTL_SECONDS, PasskeyRefused, type Passkeys } from "../passkeys.js";
 import { type SessionManager, safeNext } from "./session.js";
@@ -68,7 +68,7 @@ export async function passkeyRoutes(app: FastifyInstance, deps: PasskeyRouteDeps
   const ceremonyCookie = sessions.secure ? "__Host-proto_webauthn" : "proto_webauthn";
 
   async function limited(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    const hit = await limiter.hit(PASSKEY_LIMIT, rateLimitKey("ip", request.ip));
+    const hit = await limiter.hit(PASSKEY_LIMIT, addressRateLimitKey(request.ip));
     if (hit.allowed) return undefined;
     reply.header("retry-after", String(hit.retryAfterSeconds));
     return refused(reply, 429, "rate_limited", `Too many attempts. Wait ${hit.retryAfterSeconds} seconds.`);

@@ -2,7 +2,7 @@ import type {} from "@fastify/csrf-protection";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Clock } from "../../platform/clock.js";
 import { html, type SafeHtml } from "../../platform/html.js";
-import { type RateLimiter, type RateLimitRule, rateLimitKey } from "../../platform/rate-limit.js";
+import { addressRateLimitKey, type RateLimiter, type RateLimitRule, rateLimitKey } from "../../platform/rate-limit.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
 import { type Mailer, OutboxMailer } from "../mail.js";
 import type { OidcClient } from "../oidc/clients.js";
@@ -111,7 +111,7 @@ export async function signinRoutes(app: FastifyInstance, deps: SigninDeps): Prom
 
   app.post<{ Body: EmailForm }>("/signin/email", { preHandler: app.csrfProtection }, async (request, reply) => {
     const next = safeNext(request.body?.next, deps.publicUrl);
-    const ip = await limiter.hit(deps.limits.emailPerIp, rateLimitKey("ip", request.ip));
+    const ip = await limiter.hit(deps.limits.emailPerIp, addressRateLimitKey(request.ip));
     if (!ip.allowed) return tooMany(reply, ip.retryAfterSeconds);
     let email: string;
     try {
@@ -201,7 +201,7 @@ ${
     "/signin/email/verify",
     { preHandler: app.csrfProtection },
     async (request, reply) => {
-      const limit = await limiter.hit(deps.limits.verifyPerIp, rateLimitKey("ip", request.ip));
+      const limit = await limiter.hit(deps.limits.verifyPerIp, addressRateLimitKey(request.ip));
       if (!limit.allowed) return tooMany(reply, limit.retryAfterSeconds);
       const token = String(request.body?.token ?? "");
       if (token.length === 0 || token.length >= 128) return linkInvalid(reply);

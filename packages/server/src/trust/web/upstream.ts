@@ -22,7 +22,7 @@ import type { Clock } from "../../platform/clock.js";
 import { isUniqueViolation } from "../../platform/database.js";
 import type { EnvReader } from "../../platform/env.js";
 import { html } from "../../platform/html.js";
-import { type RateLimiter, type RateLimitRule, rateLimitKey } from "../../platform/rate-limit.js";
+import { addressRateLimitKey, type RateLimiter, type RateLimitRule } from "../../platform/rate-limit.js";
 import { constantTimeEqual, hashToken, randomToken } from "../../platform/tokens.js";
 import type { TrustService } from "../service.js";
 import * as store from "../store.js";
@@ -352,7 +352,7 @@ export async function upstreamSigninPlugin(app: FastifyInstance, deps: UpstreamP
     reply: FastifyReply,
     intent: { mode: "signin"; next: string } | { mode: "add"; humanId: string },
   ): Promise<FastifyReply> {
-    const limit = await limiter.hit(limits.start, rateLimitKey("ip", request.ip));
+    const limit = await limiter.hit(limits.start, addressRateLimitKey(request.ip));
     if (!limit.allowed) return tooMany(reply, limit.retryAfterSeconds);
     let configuration: Configuration;
     try {
@@ -407,7 +407,7 @@ export async function upstreamSigninPlugin(app: FastifyInstance, deps: UpstreamP
 
   app.get<{ Querystring: Record<string, unknown> }>(UPSTREAM_PATHS.callback, async (request, reply) => {
     reply.header("cache-control", "no-store");
-    const limit = await limiter.hit(limits.callback, rateLimitKey("ip", request.ip));
+    const limit = await limiter.hit(limits.callback, addressRateLimitKey(request.ip));
     if (!limit.allowed) return tooMany(reply, limit.retryAfterSeconds);
     const state = typeof request.query.state === "string" ? request.query.state : "";
     const started = request.cookies[stateCookie];
