@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import { createTestCA, type HttpsHost, startHttpsHost, type TestCA } from "@proto/testkit";
 import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from "jose";
 import * as client from "openid-client";
+import { findCode, purgeSpentCodes } from "../src/trust/oidc/codes.js";
 import { purgeEndedGrants } from "../src/trust/oidc/grants.js";
 import { Browserless, field, type PageAnswer } from "./support/browser-session.js";
 import { answerConsent, signInByEmail } from "./support/people.js";
@@ -463,6 +464,35 @@ describe("OAuth for MCP at the attestor", () => {
             400,
             "invalid_grant",
           );
+        });
+
+        test("spent codes are forgotten once they can change nothing: unused ones after expiry, used ones once their grant ended; a used code kept for a live grant still revokes it when replayed", async () => {
+          const db = h.app.service.database.db;
+          const unusedPkce = await pkce();
+          const unused = (await authorize(unusedPkce.challenge)).redirect.searchParams.get("code") ?? "";
+          const usedPkce = await pkce();
+          const used = (await authorize(usedPkce.challenge)).redirect.searchParams.get("code") ?? "";
+          const tokens = await redeem(used, usedPkce.verifier);
+          assert.equal(tokens.status, 200, tokens.text);
+          // Past the codes' 120 s and the purge's margin of an hour.
+          await h.advance(2 * 3600);
+          await purgeSpentCodes(db, await h.nowMs());
+          assert.equal(await findCode(db, unused), undefined, "an expired unused code is forgotten");
+          assert.ok(await findCode(db, used), "a used code is kept while its grant is live");
+          const replayed = await redeem(used, usedPkce.verifier);
+          assertOAuthError(replayed, 400, "invalid_grant");
+          assert.match(replayed.json.error_description, /already used/);
+          const refreshed = await tokenRequest({
+            grant_type: "refresh_token",
+            refresh_token: tokens.json.refresh_token,
+            client_id: clientId,
+          });
+          assertOAuthError(refreshed, 400, "invalid_grant");
+          assert.match(refreshed.json.error_description, /revoked/);
+          // Its grant ended, a replay has nothing left to revoke: the next purge forgets the code.
+          await purgeSpentCodes(db, await h.nowMs());
+          assert.equal(await findCode(db, used), undefined, "a used code whose grant ended is forgotten");
+          assertOAuthError(await redeem(used, usedPkce.verifier), 400, "invalid_grant");
         });
 
         test("a token request with the wrong code_verifier, redirect_uri or client_id does not use the code up: the right one after it succeeds", async () => {

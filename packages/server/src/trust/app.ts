@@ -15,6 +15,7 @@ import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
 import { trustMetrics } from "./metrics.js";
 import { type TrustSchema, trustMigrations } from "./migrations.js";
 import { ClientRegistry, MAX_METADATA_DOCUMENT_BYTES, METADATA_FETCH_TIMEOUT_MS } from "./oidc/client-registry.js";
+import { purgeSpentCodes } from "./oidc/codes.js";
 import { purgeEndedGrants } from "./oidc/grants.js";
 import { oidcProvider } from "./oidc/provider.js";
 import { paymentWiring, withExtraPages } from "./payment/plugin.js";
@@ -236,8 +237,9 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
       })
       .catch((error: unknown) => app.log.error({ err: error }, "key rotation failed"));
     service.purgeExpired().catch((error: unknown) => app.log.error({ err: error }, "purge failed"));
-    Promise.all([purgeEndedGrants(database.db, parts.clock.now()), clients.purgeIdle()]).catch((error: unknown) =>
-      app.log.error({ err: error }, "OAuth purge failed"),
+    const now = parts.clock.now();
+    Promise.all([purgeEndedGrants(database.db, now), purgeSpentCodes(database.db, now), clients.purgeIdle()]).catch(
+      (error: unknown) => app.log.error({ err: error }, "OAuth purge failed"),
     );
   }, 60_000);
   timer.unref();

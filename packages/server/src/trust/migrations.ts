@@ -126,6 +126,7 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0009_passkeys": passkeys(engine),
     "0010_oauth": oauth(engine),
     "0011_code_grants": codeGrants(),
+    "0012_code_expiry": codeExpiry(),
   };
 }
 
@@ -185,6 +186,15 @@ function codeGrants(): Migration {
   return {
     async up(db: Kysely<unknown>) {
       await sql.raw("alter table trust_oidc_codes add column grant_id text").execute(db);
+    },
+  };
+}
+
+/** The periodic purge of spent codes reads them by expiry (see oidc/codes.ts purgeSpentCodes). */
+function codeExpiry(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await sql.raw("create index trust_oidc_codes_expiry on trust_oidc_codes (expires_at)").execute(db);
     },
   };
 }

@@ -52,3 +52,35 @@ export async function revokeRedeemed(db: Db, row: CodeRow, now: number): Promise
   const grantId = current?.grant_id;
   if (typeof grantId === "string") await revokeFamily(db, grantId, now);
 }
+
+/** Slack past a code's expiry before it is forgotten, for instances whose clocks disagree a little. */
+const CODE_PURGE_MARGIN_MS = 3600 * 1000;
+
+/**
+ * Forgets the codes that can no longer change an answer: unused ones past their expiry (they can
+ * never be redeemed), and used ones whose grant has ended or never existed. A used code is kept
+ * while its grant is live, however long after expiry: the token endpoint checks "used" before
+ * "expired", so a replay still revokes the grant at any age, and forgetting the code earlier would
+ * let a late replay pass without ending the access it gave. Kept codes are at most one per live grant.
+ */
+export async function purgeSpentCodes(db: Db, now: number): Promise<void> {
+  await db
+    .deleteFrom("trust_oidc_codes")
+    .where("expires_at", "<", now - CODE_PURGE_MARGIN_MS)
+    .where((eb) =>
+      eb.or([
+        eb("grant_id", "is", null),
+        eb.not(
+          eb.exists(
+            eb
+              .selectFrom("trust_oauth_grants")
+              .select("trust_oauth_grants.id")
+              .whereRef("trust_oauth_grants.id", "=", "trust_oidc_codes.grant_id")
+              .where("trust_oauth_grants.revoked_at", "is", null)
+              .where("trust_oauth_grants.expires_at", ">", now),
+          ),
+        ),
+      ]),
+    )
+    .execute();
+}
