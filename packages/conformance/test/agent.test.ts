@@ -192,7 +192,7 @@ function signedWith(
     {
       method: request.method,
       targetUri: fetchTargetUri(`${standIn.url}${request.path}`),
-      header: (name) => (name === "content-digest" ? digest : undefined),
+      header: (name) => (name === "content-digest" ? digest : name === "content-type" ? "application/json" : undefined),
     },
     components.map((name): ComponentIdentifier => [name, new Map()]),
     [
@@ -318,6 +318,21 @@ const CASES: BrokenCase[] = [
     answers: [401],
     requests: async ({ standIn, key, now }) => [
       signedWith(standIn, key, now, { method: "POST", path: ACCOUNTS, body: "{}" }, ["@method", "@target-uri"]),
+    ],
+  },
+  {
+    name: "content-type covered besides the required components of a POST",
+    fails: "agent.signature.components",
+    message:
+      /covers \("@method" "@target-uri" "content-digest" "content-type"\): content-type not among the required components/,
+    answers: [401],
+    requests: async ({ standIn, key, now }) => [
+      signedWith(standIn, key, now, { method: "POST", path: ACCOUNTS, body: "{}" }, [
+        "@method",
+        "@target-uri",
+        "content-digest",
+        "content-type",
+      ]),
     ],
   },
   {

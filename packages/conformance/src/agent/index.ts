@@ -43,7 +43,7 @@ export const agentProbes: readonly AgentProbe[] = [
   {
     id: "agent.signature.components",
     description:
-      "requests are signed (Signature-Input, Signature) over @method, @target-uri, and content-digest with a body",
+      "requests are signed (Signature-Input, Signature) over exactly @method, @target-uri, and content-digest with a body",
     section: SIGNING,
     unexercised: "no request other than discovery came",
   },

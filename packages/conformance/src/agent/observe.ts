@@ -99,12 +99,21 @@ export const SKEW_SECONDS = 60;
 /** `undefined` when the rule holds, else what broke it. */
 export type Finding = string | undefined;
 
+/**
+ * The covered components are exactly the required ones, as upstream's conformance document asks of
+ * both sides (a service rejects "extra or missing components"): an agent that covers more is
+ * refused by conforming services, so it fails here too.
+ */
 export function checkComponents(signature: ReadSignature, hasBody: boolean): Finding {
   const required = hasBody ? ["@method", "@target-uri", "content-digest"] : ["@method", "@target-uri"];
   const missing = required.filter((name) => !signature.components.includes(name));
   const covered = `covers (${signature.components.map((c) => `"${c}"`).join(" ")})`;
   if (missing.length > 0) {
     return `the signature ${covered}: ${missing.join(", ")} missing${hasBody ? " (the request has a body)" : ""}`;
+  }
+  const extra = [...new Set(signature.components.filter((name) => !required.includes(name)))];
+  if (extra.length > 0) {
+    return `the signature ${covered}: ${extra.join(", ")} not among the required components (exactly ${required.join(", ")})`;
   }
   if (signature.componentParams) return `the signature ${covered} with component parameters the profile has not`;
   if (new Set(signature.components).size !== signature.components.length)
