@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { launchChromium } from "@proto/testkit";
+import { launchChromium, lookAt } from "@proto/testkit";
 import type { Browser, BrowserContext, Locator, Page, Response } from "playwright-core";
 import { readDirectoryConfig } from "../src/directory/config.js";
 import { ConfigError } from "../src/platform/env.js";
@@ -162,6 +162,11 @@ describe("directory browse pages in a browser", { skip: launched.skip, timeout: 
             networks: ["base", "base-sepolia"],
             assets: ["USDC"],
             payment_endpoint: "/proto/v1/pay",
+          },
+          permissions: {
+            "notes:read": { description: "Read your notes", default: true },
+            "notes:delete": { description: "Delete your notes", phishing_resistant: true },
+            purchase: { description: "Pay for pinned notes", currency: "EUR" },
           },
         }),
       { title: "Full featured", description: "Every optional member", tags: ["complete"] },
@@ -326,6 +331,13 @@ describe("directory browse pages in a browser", { skip: launched.skip, timeout: 
     assert.equal(await seen(row(doc, "Networks")), "base\nbase-sepolia");
     assert.equal(await seen(row(doc, "Assets")), "USDC");
     assert.equal(await seen(row(doc, "Payment endpoint")), "/proto/v1/pay");
+    const permission = async (name: string) =>
+      (await seen(doc.locator(`ul.permissions li[data-permission="${name}"]`))).replace(/\n+/g, "\n");
+    assert.equal(await permission("notes:read"), "notes:read\nRead your notes\nGranted at sign-up");
+    assert.equal(await permission("notes:delete"), "notes:delete\nDelete your notes\nNeeds a passkey to approve");
+    assert.equal(await permission("purchase"), "purchase\nPay for pinned notes\nSpending, in EUR");
+    await lookAt(page, "directory-listing-full");
+    await page.setViewportSize({ width: 1280, height: 720 });
 
     // The live document: the discovery URL, never followed with a referrer or an opener.
     const live = page.getByRole("link", { name: "Live discovery document" });

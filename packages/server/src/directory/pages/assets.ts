@@ -52,6 +52,14 @@ ul.plain { margin: 0; padding-left: 1.25rem; }
 .badge.active { color: var(--ok); background: var(--ok-bg); }
 .badge.stale { color: var(--warn); background: var(--warn-bg); }
 .badge.deleted, .badge.no-anchor { color: var(--danger); background: var(--danger-bg); }
+.badge.granted { color: var(--ok); background: var(--ok-bg); }
+.badge.passkey, .badge.spending { color: var(--warn); background: var(--warn-bg); }
+ul.permissions { list-style: none; padding: 0; margin: 0 0 1rem; }
+ul.permissions li { border-top: 1px solid var(--border); padding: .6rem 0; }
+ul.permissions li:last-child { border-bottom: 1px solid var(--border); }
+.permission-name { font-weight: 700; }
+ul.permissions p { margin: .2rem 0 0; }
+ul.permissions .badges { margin: .35rem 0 0; }
 .notice { border-left: 4px solid currentColor; padding: .5rem .75rem; border-radius: .25rem; }
 .notice.stale { color: var(--warn); background: var(--warn-bg); }
 .notice.deleted, .notice.no-anchor { color: var(--danger); background: var(--danger-bg); }

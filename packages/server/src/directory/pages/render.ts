@@ -7,6 +7,7 @@ import { InvalidEndpointError, resolveEndpoint, SIGNED_ENDPOINTS } from "@proto/
 import { type HtmlValue, html, type SafeHtml } from "../../platform/html.js";
 import type { Listing, ListingStatus } from "../listing.js";
 import { browsePath, listingApiPath, listingPagePath } from "./paths.js";
+import { permissionsSection } from "./permissions.js";
 
 /** Links to pages and documents the directory does not control. */
 const EXTERNAL_REL = "noopener noreferrer nofollow";
@@ -313,6 +314,7 @@ ${endpointList(endpoints, discoveryUrl)}
 ${endpoints.key_rotation === undefined ? html`<p class="muted">No key rotation endpoint.</p>` : ""}
 <h3 id="d-mcp">MCP</h3>
 ${mcpSection(doc.mcp, discoveryUrl)}
+${permissionsSection(doc.permissions)}
 <h3 id="d-features">Features</h3>
 ${labelledList(doc.features, FEATURE_LABELS, "None advertised (two-step invitation is always supported).")}
 <h3 id="d-recipients">Recipient types</h3>
