@@ -6,6 +6,7 @@ import {
   createWebBotAuthVerifier,
   DEFAULT_SKEW_SECONDS,
   type DiscoveryDocument,
+  type DiscoveryPermissions,
   type FetchFunction,
   formatProtoChallenge,
   type KeyDirectoryOptions,
@@ -56,6 +57,7 @@ import {
   signOutHandler,
 } from "./owner.js";
 import { errorPage } from "./pages.js";
+import { declaredPermissions } from "./permissions.js";
 import { checkPublicUrl } from "./public-url.js";
 import { MemoryRateLimiter, type RateLimiter, StoreRateLimiter } from "./rate-limit.js";
 import { isForm } from "./request-body.js";
@@ -95,6 +97,12 @@ export interface KitOptions {
   allowHttp?: boolean;
   /** The discovery document, or the parts to build it from (`buildDiscoveryDocument`). */
   discovery: DiscoveryInput | DiscoveryDocument;
+  /**
+   * The permissions an agent may be granted here, by name (`notes:read`), written into the
+   * discovery document's `permissions` member; MCP resources publish the names in
+   * `scopes_supported`. See docs/authority.md. Default: none declared (what services had before).
+   */
+  permissions?: DiscoveryPermissions;
   /** `sqlite:PATH`, `sqlite::memory:` or `postgres://...` (ignored when `store` is given). */
   database?: string;
   /** A store opened elsewhere (`openKitStore`, or your own `KitStore`). Not closed by `kit.close()`. */
@@ -279,6 +287,8 @@ function checkRange(name: string, value: number, min: number, max: number): numb
  */
 export class Kit {
   readonly discovery: DiscoveryDocument;
+  /** The permissions the service declares, by name (empty when it declares none). */
+  readonly permissions: Readonly<DiscoveryPermissions>;
   readonly serviceDid: string;
   /** The public origin (`https://api.example.com`). */
   readonly origin: string;
@@ -306,11 +316,15 @@ export class Kit {
     this.origin = publicUrl.origin;
     this.#now = options.now ?? Date.now;
     const attestorConfig = options.attestors ?? {};
-    const discovery = buildDiscoveryDocument(options.discovery as DiscoveryInput, {
+    const permissions = declaredPermissions(options.permissions, options.discovery);
+    const discoveryInput =
+      permissions === undefined ? options.discovery : { ...options.discovery, permissions: { ...permissions } };
+    const discovery = buildDiscoveryDocument(discoveryInput as DiscoveryInput, {
       publicUrl: this.origin,
       acceptedAttestors: Object.keys(attestorConfig),
     });
     this.discovery = discovery;
+    this.permissions = permissions ?? Object.freeze({ ...discovery.permissions });
     this.serviceDid = discovery.service_did;
     const mode = discovery.billing?.unclaimed_mode ?? "attested_only";
     const accepted = discovery.billing?.accepted_attestors ?? [];
@@ -530,6 +544,7 @@ export class Kit {
         origin: this.origin,
         serviceDid: this.serviceDid,
         serviceName: this.#options.serviceName,
+        permissionNames: Object.keys(this.permissions),
         attestors: this.attestors,
         store: this.store,
         skewSeconds: this.#skewSeconds,

@@ -48,7 +48,7 @@ export interface ProtectedResourceOptions {
   path: string;
   /** Scopes every token must carry (default none); a token without one answers 403 `insufficient_scope`. */
   scopes?: string[];
-  /** `scopes_supported` of the metadata (default `scopes`). */
+  /** `scopes_supported` of the metadata (default: the kit's declared permissions, then `scopes`). */
   scopesSupported?: string[];
   /** `resource_name` of the metadata (default the kit's `serviceName`). */
   resourceName?: string;
@@ -156,6 +156,8 @@ export interface ResourceServerDeps {
   origin: string;
   serviceDid: string;
   serviceName: string;
+  /** The permissions the service declares: `scopes_supported` unless the resource names its own. */
+  permissionNames?: readonly string[];
   attestors: AttestorRegistry;
   store: KitStore;
   skewSeconds: number;
@@ -258,7 +260,12 @@ export class ProtectedResource {
       throw new Error("protectedResource: no accepted attestor has a url (its {trust_url}, the authorization server)");
     }
     this.scopes = checkScopes("scopes", options.scopes ?? []);
-    const supported = checkScopes("scopesSupported", options.scopesSupported ?? this.scopes);
+    // Declared permissions are the scopes a client may ask for here; required scopes stay listed.
+    const declared = deps.permissionNames ?? [];
+    const supported = checkScopes(
+      "scopesSupported",
+      options.scopesSupported ?? (declared.length > 0 ? [...declared, ...this.scopes] : this.scopes),
+    );
     const suffix = options.path === "/" ? "" : options.path;
     const specific = `${PROTECTED_RESOURCE_METADATA_PATH}${suffix}`;
     this.metadataUrl = `${deps.origin}${specific}`;

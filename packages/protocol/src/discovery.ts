@@ -84,6 +84,40 @@ export interface DiscoveryMcp {
   [unknownKey: string]: unknown;
 }
 
+/**
+ * One permission a service declares (our extension, docs/authority.md). Unknown members are kept
+ * and ignored, so later fields do not break older readers.
+ */
+export interface DiscoveryPermission {
+  /** One line for people (1-200 characters): what the permission lets an agent do. */
+  description: string;
+  /** Granted at sign-up (absent: false). */
+  default?: boolean;
+  /** Approving it needs a phishing-resistant ceremony, a passkey (absent: false). */
+  phishing_resistant?: boolean;
+  /** Only on a spending permission: the ISO 4217 code its amounts are in, in minor units. */
+  currency?: string;
+  [unknownKey: string]: unknown;
+}
+
+/** Permission name (`notes:read`) to its declaration; at most MAX_PERMISSIONS. */
+export type DiscoveryPermissions = Record<string, DiscoveryPermission>;
+
+/** The most permissions a document declares. */
+export const MAX_PERMISSIONS = 64;
+/** The longest permission name. */
+export const MAX_PERMISSION_NAME_LENGTH = 64;
+/**
+ * A permission name: lowercase colon-separated segments. Every such name is also an RFC 6749 scope
+ * token (no space, quote or backslash), so it can stand in `scope` as it is.
+ */
+export const PERMISSION_NAME = /^[a-z][a-z0-9_.-]*(:[a-z][a-z0-9_.-]*)*$/;
+
+/** Whether `name` may name a permission (pattern and length). */
+export function isPermissionName(name: string): boolean {
+  return name.length <= MAX_PERMISSION_NAME_LENGTH && PERMISSION_NAME.test(name);
+}
+
 export interface DiscoveryDocument {
   proto_version: string;
   service_did: string;
@@ -96,6 +130,8 @@ export interface DiscoveryDocument {
   /** The MCP endpoint, when the service has one. */
   mcp?: DiscoveryMcp;
   x402?: DiscoveryX402;
+  /** The permissions an agent may be granted here, by name. */
+  permissions?: DiscoveryPermissions;
   /** Forward compatibility: unknown members are kept and ignored. */
   [unknownKey: string]: unknown;
 }
@@ -112,6 +148,7 @@ export type DiscoveryValidationResult =
   | { valid: false; errors: DiscoveryValidationError[] };
 
 let compiled: ValidateFunction<DiscoveryDocument> | undefined;
+let ajv: Ajv2020 | undefined;
 
 /** Compiling costs milliseconds, so it happens once, on first use, not at import. */
 function validator(): ValidateFunction<DiscoveryDocument> {
@@ -119,12 +156,20 @@ function validator(): ValidateFunction<DiscoveryDocument> {
     // allErrors so a publisher sees every problem at once; the schema's size bounds and the
     // fetcher's body cap keep the extra work linear and small.
     // verbose for `parentSchema`, which tells the endpoint alternatives apart (ALTERNATIVES).
-    const ajv = new Ajv2020({ allErrors: true, strict: true, verbose: true });
+    ajv = new Ajv2020({ allErrors: true, strict: true, verbose: true });
     // Under NodeNext the CommonJS default import is `module.exports`; the plugin sits on `.default`.
     addFormats.default(ajv, ["uri"]);
     compiled = ajv.compile<DiscoveryDocument>(DISCOVERY_SCHEMA);
   }
   return compiled;
+}
+
+/** The schema's `permissions` member alone, compiled once from the same schema. */
+function permissionsValidator(): ValidateFunction<DiscoveryPermissions> {
+  validator();
+  const validate = ajv?.getSchema<DiscoveryPermissions>(`${DISCOVERY_SCHEMA_ID}#/$defs/permissions`);
+  if (validate === undefined) throw new Error("discovery schema has no $defs/permissions");
+  return validate;
 }
 
 /**
@@ -145,15 +190,40 @@ export function validateDiscoveryDocument(doc: unknown): DiscoveryValidationResu
     const errors = unparsableEndpoints(doc);
     return errors.length === 0 ? { valid: true, document: doc } : { valid: false, errors };
   }
-  const all = validate.errors ?? [];
+  return { valid: false, errors: readableErrors(validate.errors ?? []) };
+}
+
+export type DiscoveryPermissionsValidationResult =
+  | { valid: true; permissions: DiscoveryPermissions }
+  | { valid: false; errors: DiscoveryValidationError[] };
+
+/**
+ * Validates a `permissions` member on its own (what a service configures before its document is
+ * built), by the same schema rules and in the same words as validateDiscoveryDocument: error paths
+ * start at `/permissions`. Never throws.
+ */
+export function validateDiscoveryPermissions(value: unknown): DiscoveryPermissionsValidationResult {
+  const validate = permissionsValidator();
+  if (validate(value)) return { valid: true, permissions: value };
+  const errors = (validate.errors ?? []).map((error) => ({
+    ...error,
+    instancePath: `/permissions${error.instancePath}`,
+  }));
+  return { valid: false, errors: readableErrors(errors) };
+}
+
+function readableErrors(all: ErrorObject[]): DiscoveryValidationError[] {
   // A member of the wrong type is told just that, not also that no alternative matched.
   const wrongType = new Set(all.filter((error) => error.keyword === "type").map((error) => error.instancePath));
-  const errors = all
-    .filter((error) => !ALTERNATIVES.has(error.parentSchema))
-    .filter((error) => error.keyword !== "anyOf" || !wrongType.has(error.instancePath))
-    .slice(0, MAX_REPORTED_ERRORS)
-    .map(toValidationError);
-  return { valid: false, errors };
+  return (
+    all
+      .filter((error) => !ALTERNATIVES.has(error.parentSchema))
+      // A bad member name is told once, by its `propertyNames` error, not once per failed rule.
+      .filter((error) => (error as { propertyName?: string }).propertyName === undefined)
+      .filter((error) => error.keyword !== "anyOf" || !wrongType.has(error.instancePath))
+      .slice(0, MAX_REPORTED_ERRORS)
+      .map(toValidationError)
+  );
 }
 
 const ENDPOINT_KEYS = [
@@ -215,9 +285,21 @@ const ENDPOINT_MESSAGES = new Map<unknown, string>([
 // Messages for constraints whose generic wording ("must match pattern ...") would not help a publisher.
 const SCHEMA_PATH_MESSAGES: Record<string, string> = {
   "#/properties/service_did/pattern": "must be a did:web or did:key DID",
+  "#/$defs/permission/properties/description/pattern":
+    "must be one line of text, not blank (no line break or control character)",
+  "#/$defs/permission/properties/currency/pattern": "must be an ISO 4217 currency code (three capital letters, EUR)",
 };
 
+const PERMISSION_NAME_RULE = `lowercase segments separated by colons, like notes:read, at most ${MAX_PERMISSION_NAME_LENGTH} characters`;
+
 function toValidationError(error: ErrorObject): DiscoveryValidationError {
+  if (error.keyword === "propertyNames" && error.parentSchema === defOf("permissions")) {
+    const name = String((error.params as { propertyName: string }).propertyName);
+    return {
+      path: `${error.instancePath}/${escapePointerToken(name)}`,
+      message: `${fieldName(error.instancePath)}: ${quote(name)} is not a permission name (${PERMISSION_NAME_RULE})`,
+    };
+  }
   if (error.keyword === "required") {
     const missing = String((error.params as { missingProperty: string }).missingProperty);
     const path = `${error.instancePath}/${escapePointerToken(missing)}`;

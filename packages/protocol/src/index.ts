@@ -48,6 +48,9 @@ export type {
   DiscoveryFeature,
   DiscoveryLimits,
   DiscoveryMcp,
+  DiscoveryPermission,
+  DiscoveryPermissions,
+  DiscoveryPermissionsValidationResult,
   DiscoveryRecipientType,
   DiscoveryValidationError,
   DiscoveryValidationResult,
@@ -63,10 +66,15 @@ export {
   DISCOVERY_SCHEMA_ID,
   DiscoveryIncompatibleError,
   InvalidEndpointError,
+  isPermissionName,
+  MAX_PERMISSION_NAME_LENGTH,
+  MAX_PERMISSIONS,
+  PERMISSION_NAME,
   PROTO_VERSION,
   resolveEndpoint,
   SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
+  validateDiscoveryPermissions,
 } from "./discovery.js";
 export { ED25519_KEY_LENGTH, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey, seedOfPrivateKey } from "./ed25519.js";
 export type {

@@ -10,11 +10,13 @@ import {
   DISCOVERY_SCHEMA_ID,
   DiscoveryIncompatibleError,
   InvalidEndpointError,
+  isPermissionName,
   MAX_REPORTED_ERRORS,
   PROTO_VERSION,
   resolveEndpoint,
   SIGNED_ENDPOINTS,
   validateDiscoveryDocument,
+  validateDiscoveryPermissions,
 } from "../src/discovery.js";
 
 interface DiscoveryVector {
@@ -684,3 +686,142 @@ describe("agent compatibility", () => {
     );
   });
 });
+
+describe("discovery permissions", () => {
+  const example = {
+    "notes:read": { description: "Read your notes", default: true },
+    "notes:delete": { description: "Delete your notes", phishing_resistant: true },
+    purchase: { description: "Pay for pinned notes", currency: "EUR" },
+  };
+  const withPermissions = (permissions: unknown) => ({ ...minimal(), permissions });
+  const declaring = (declaration: unknown) => withPermissions({ "notes:read": declaration });
+
+  test("the documented example is accepted, by an agent too, and kept as given", () => {
+    assertValid(withPermissions(example));
+    assert.deepEqual(assertAgentCompatible(withPermissions(example)).permissions, example);
+    assert.deepEqual(validateDiscoveryPermissions(example), { valid: true, permissions: example });
+  });
+
+  test("a document without permissions, or with none declared, is accepted", () => {
+    assertValid(minimal());
+    assertValid(withPermissions({}));
+  });
+
+  test("unknown members of a declaration are ignored, up to 16 members", () => {
+    assertValid(declaring({ description: "Read your notes", max_age: 3600 }));
+    const crowded: Record<string, unknown> = { description: "Read your notes" };
+    for (let i = 0; i < 16; i++) crowded[`x${i}`] = i;
+    assertRejected(
+      declaring(crowded),
+      "/permissions/notes:read",
+      "permissions.notes:read: must have at most 16 members",
+    );
+  });
+
+  test("names: lowercase colon-separated segments of at most 64 characters", () => {
+    for (const name of ["purchase", "notes:read", "notes.v2:read-all", "a:b:c_d", "x".repeat(64)]) {
+      assert.equal(isPermissionName(name), true, name);
+      assertValid(withPermissions({ [name]: { description: "Something" } }));
+    }
+    for (const name of [
+      "",
+      "Notes:read",
+      "notes read",
+      "notes:",
+      ":read",
+      "notes::read",
+      "1notes",
+      'a"b',
+      "a\\b",
+      "x".repeat(65),
+      "nötes",
+    ]) {
+      assert.equal(isPermissionName(name), false, name);
+      assertRejected(
+        withPermissions({ [name]: { description: "Something" } }),
+        `/permissions/${name}`,
+        `permissions: ${JSON.stringify(name)} is not a permission name (lowercase segments separated by colons, like notes:read, at most 64 characters)`,
+      );
+    }
+  });
+
+  test("at most 64 permissions", () => {
+    const many = (count: number) =>
+      Object.fromEntries(Array.from({ length: count }, (_, i) => [`p${i}`, { description: `Permission ${i}` }]));
+    assertValid(withPermissions(many(64)));
+    assertRejected(withPermissions(many(65)), "/permissions", "permissions: must have at most 64 members");
+  });
+
+  test("a declaration needs a description of one line, 1 to 200 characters", () => {
+    assertValid(declaring({ description: "é".repeat(200) }));
+    assertRejected(
+      declaring({}),
+      "/permissions/notes:read/description",
+      "missing required field permissions.notes:read.description",
+    );
+    const oneLine =
+      "permissions.notes:read.description: must be one line of text, not blank (no line break or control character)";
+    for (const description of ["", "   ", "Read\nyour notes", "Read\tnotes", "Read\u2028notes", "Read\u0085notes"]) {
+      assertRejected(declaring({ description }), "/permissions/notes:read/description", oneLine);
+    }
+    assertRejected(
+      declaring({ description: "x".repeat(201) }),
+      "/permissions/notes:read/description",
+      "permissions.notes:read.description: must be at most 200 characters long",
+    );
+    assertRejected(
+      declaring({ description: 7 }),
+      "/permissions/notes:read/description",
+      "permissions.notes:read.description: must be a string",
+    );
+  });
+
+  test("default and phishing_resistant are booleans", () => {
+    assertValid(declaring({ description: "Read", default: false, phishing_resistant: false }));
+    assertRejected(
+      declaring({ description: "Read", default: "true" }),
+      "/permissions/notes:read/default",
+      "permissions.notes:read.default: must be a boolean",
+    );
+    assertRejected(
+      declaring({ description: "Read", phishing_resistant: 1 }),
+      "/permissions/notes:read/phishing_resistant",
+      "permissions.notes:read.phishing_resistant: must be a boolean",
+    );
+  });
+
+  test("currency is an ISO 4217 code", () => {
+    assertValid(declaring({ description: "Pay", currency: "JPY" }));
+    for (const currency of ["eur", "EURO", "E1R", ""]) {
+      assertRejected(
+        declaring({ description: "Pay", currency }),
+        "/permissions/notes:read/currency",
+        "permissions.notes:read.currency: must be an ISO 4217 currency code (three capital letters, EUR)",
+      );
+    }
+  });
+
+  test("permissions must be an object of objects", () => {
+    assertRejected(withPermissions(["notes:read"]), "/permissions", "permissions: must be an object");
+    assertRejected(
+      declaring("Read your notes"),
+      "/permissions/notes:read",
+      "permissions.notes:read: must be an object",
+    );
+  });
+
+  test("validateDiscoveryPermissions reports in the document's words", () => {
+    const bad = { "notes:read": { description: "Read", default: "yes" } };
+    assert.deepEqual(validateDiscoveryPermissions(bad), {
+      valid: false,
+      errors: [
+        { path: "/permissions/notes:read/default", message: "permissions.notes:read.default: must be a boolean" },
+      ],
+    });
+    assert.deepEqual(validateDiscoveryPermissions(bad), errorsResult(withPermissions(bad)));
+  });
+});
+
+function errorsResult(doc: unknown) {
+  return { valid: false, errors: errorsOf(doc) };
+}
