@@ -223,6 +223,9 @@ describe("proto-server's listening address", () => {
   });
 });
 
+/** A line of the JSON log (standard error never holds one). */
+const JSON_LOG_LINE = /^\{".*\}$/m;
+
 /** Standard output is the JSON log: every line parses, whatever else the command printed. */
 function assertJsonLines(stdout: string): void {
   const lines = stdout.split("\n").filter((line) => line !== "");
@@ -249,6 +252,8 @@ describe("proto-server prints where each service listens and what to open", () =
       await server.exited;
     });
     await server.waitFor(/logs are JSON lines/);
+    // The banner (stderr) and the first log line (stdout) race; the check below needs both.
+    await server.waitFor(JSON_LOG_LINE);
     const { stdout, stderr } = server.output();
     const lines = stderr.split("\n");
     assert.ok(lines.includes(`proto-server: directory listening on http://127.0.0.1:${directoryPort}`), stderr);
@@ -311,6 +316,8 @@ describe("proto-server prints where each service listens and what to open", () =
       await server.exited;
     });
     await server.waitFor(/logs are JSON lines/);
+    // The banner (stderr) and the first log line (stdout) race; the check below needs both.
+    await server.waitFor(JSON_LOG_LINE);
     const { stdout, stderr } = server.output();
     assert.match(stderr, new RegExp(`^proto-server: directory listening on http://0\\.0\\.0\\.0:${port}\n`, "m"));
     assert.match(stderr, /^ {2}https:\/\/directory\.example\/ +browse the listings/m);
