@@ -7,7 +7,13 @@
 import { type IncomingMessage, type RequestListener, Server, type ServerResponse } from "node:http";
 import type { Http2SecureServer, Http2Server } from "node:http2";
 import { Server as HttpsServer } from "node:https";
-import { ProtoError, refuseBadHost, socketErrorResponder, type TransportError } from "@proto/protocol";
+import {
+  ProtoError,
+  refuseBadHost,
+  refuseBeforeRouting,
+  socketErrorResponder,
+  type TransportError,
+} from "@proto/protocol";
 
 /** A refusal below routing as the kit's envelope: `malformed_request` with the transport's status. */
 export const transportEnvelope = ({ status, message }: TransportError) =>
@@ -44,14 +50,7 @@ function routingProblem(request: IncomingMessage): string | undefined {
 function refuseUnroutable(request: IncomingMessage, response: ServerResponse): boolean {
   const problem = routingProblem(request);
   if (problem === undefined) return false;
-  const body = JSON.stringify(transportEnvelope({ status: 400, message: problem }));
-  response.shouldKeepAlive = false;
-  response.writeHead(400, {
-    "content-type": "application/json; charset=utf-8",
-    "content-length": Buffer.byteLength(body),
-    connection: "close",
-  });
-  response.end(body);
+  refuseBeforeRouting(response, transportEnvelope({ status: 400, message: problem }));
   return true;
 }
 

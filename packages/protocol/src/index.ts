@@ -166,7 +166,13 @@ export type {
 } from "./sqlite-handle.js";
 export { SqliteHandle, sqliteHandlesKept } from "./sqlite-handle.js";
 export type { TransportError } from "./transport-errors.js";
-export { parserError, refuseBadHost, routerError, socketErrorResponder } from "./transport-errors.js";
+export {
+  parserError,
+  refuseBadHost,
+  refuseBeforeRouting,
+  routerError,
+  socketErrorResponder,
+} from "./transport-errors.js";
 export { acceptSignature } from "./web-bot-auth/accept-signature.js";
 export type { KeyDirectoryFailure, KeyDirectoryOptions } from "./web-bot-auth/key-directory.js";
 export {

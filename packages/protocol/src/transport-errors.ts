@@ -112,7 +112,16 @@ export function refuseBadHost(
 ): boolean {
   const problem = hostProblem(request);
   if (problem === undefined) return false;
-  const body = JSON.stringify(envelopeOf({ status: 400, message: problem }));
+  refuseBeforeRouting(response, envelopeOf({ status: 400, message: problem }));
+  return true;
+}
+
+/**
+ * Answers 400 with `envelope` and closes the connection: for a request refused before any route
+ * is chosen, whose framing or target the server does not trust to read on from.
+ */
+export function refuseBeforeRouting(response: ServerResponse, envelope: ErrorEnvelope): void {
+  const body = JSON.stringify(envelope);
   response.shouldKeepAlive = false;
   response.writeHead(400, {
     "content-type": "application/json; charset=utf-8",
@@ -120,5 +129,4 @@ export function refuseBadHost(
     connection: "close",
   });
   response.end(body);
-  return true;
 }
