@@ -10,7 +10,6 @@
  * tests are part of `npm test`.
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
 import { createHash, createPublicKey } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { connect, createServer } from "node:net";
@@ -18,8 +17,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { launchChromium } from "@proto/testkit";
+import { freePort, launchChromium } from "@proto/testkit";
 import { nextCommands } from "../../../scripts/dev/banner.js";
+import { start, stopAll } from "./support/processes.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const PERSON = "newcomer@example.com";
@@ -41,84 +41,11 @@ function cleanEnv(): Record<string, string> {
   return env;
 }
 
-interface Run {
-  child: ChildProcess;
-  stdout(): string;
-  stderr(): string;
-  /** Resolves with the first match in stdout; rejects when the process ends first. */
-  waitFor(pattern: RegExp): Promise<RegExpMatchArray>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-/** Every process this file started; `group`: it leads a process group of its own (the stack). */
-const started: { child: ChildProcess; group: boolean }[] = [];
-
-function start(command: string, args: string[], env: Record<string, string>, options: { group?: boolean } = {}): Run {
-  const child = spawn(command, args, {
-    cwd: REPO_ROOT,
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-    // Its own process group, so SIGINT reaches npm and everything under it, as Ctrl-C does.
-    detached: options.group === true,
-  });
-  started.push({ child, group: options.group === true });
-  let out = "";
-  let err = "";
-  const waiters = new Set<() => void>();
-  const notify = () => {
-    for (const waiter of [...waiters]) waiter();
-  };
-  child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
-    out += chunk;
-    notify();
-  });
-  child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
-    err += chunk;
-    notify();
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once("close", (code, signal) => {
-      resolve({ code, signal });
-      notify();
-    });
-  });
-  return {
-    child,
-    stdout: () => out,
-    stderr: () => err,
-    exited,
-    waitFor(pattern) {
-      return new Promise((resolve, reject) => {
-        const check = () => {
-          const match = out.match(pattern);
-          if (match) {
-            waiters.delete(check);
-            resolve(match);
-          } else if (child.exitCode !== null || child.signalCode !== null) {
-            waiters.delete(check);
-            reject(new Error(`${command} ${args.join(" ")} ended before ${pattern}:\n${out}\n${err}`));
-          }
-        };
-        waiters.add(check);
-        check();
-      });
-    },
-  };
-}
-
 /** A line of the banner, as a person pastes it into a POSIX shell. */
 async function shell(line: string, env: Record<string, string>) {
-  const run = start("/bin/sh", ["-c", line], env);
+  const run = start("/bin/sh", ["-c", line], { cwd: REPO_ROOT, env });
   const { code } = await run.exited;
   return { code, stdout: run.stdout(), stderr: run.stderr() };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 function refused(port: number): Promise<boolean> {
@@ -138,17 +65,7 @@ function spkiHash(certPem: string): string {
   return createHash("sha256").update(der).digest("base64");
 }
 
-after(() => {
-  // Only what this file started, each by its own id (a stack by its process group).
-  for (const { child, group } of started) {
-    if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) continue;
-    try {
-      process.kill(group ? -child.pid : child.pid, "SIGKILL");
-    } catch {
-      // Already gone.
-    }
-  }
-});
+after(stopAll);
 
 test("npm run dev, then the four commands of its banner, in a fresh agent home", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "proto-dev-data-"));
@@ -158,18 +75,17 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
     rmSync(home, { recursive: true, force: true });
   });
   const [directoryPort, trustPort, notesPort] = [await freePort(), await freePort(), await freePort()];
-  const stack = start(
-    "npm",
-    ["run", "dev"],
-    {
+  const stack = start("npm", ["run", "dev"], {
+    cwd: REPO_ROOT,
+    group: true,
+    env: {
       ...cleanEnv(),
       PROTO_DEV_DATA_DIR: dataDir,
       PROTO_DEV_DIRECTORY_PORT: String(directoryPort),
       PROTO_DEV_TRUST_PORT: String(trustPort),
       PROTO_DEV_NOTES_PORT: String(notesPort),
     },
-    { group: true },
-  );
+  });
 
   // The banner: every URL, the development CA, the four commands.
   await stack.waitFor(/^ {2}4\. .+$/m);
@@ -234,7 +150,7 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   assert.ok(did, created.stdout);
 
   // `--no-browser`: this test must never open the desktop's browser; the person's browser is Chromium.
-  const linking = start("/bin/sh", ["-c", `${link} --no-browser`], agentEnv);
+  const linking = start("/bin/sh", ["-c", `${link} --no-browser`], { cwd: REPO_ROOT, env: agentEnv });
   const linkUrl = (await linking.waitFor(new RegExp(`${trust}/link\\?req=\\S+`)))[0];
   const context = await browser.newContext({ locale: "en-GB" });
   const page = await context.newPage();
@@ -328,18 +244,17 @@ test("a port already taken (say, by `npm start`) is one line naming it and the v
   t.after(() => taken.close());
   const takenPort = (taken.address() as { port: number }).port;
   const [trustPort, notesPort] = [await freePort(), await freePort()];
-  const stack = start(
-    "npm",
-    ["run", "--silent", "dev"],
-    {
+  const stack = start("npm", ["run", "--silent", "dev"], {
+    cwd: REPO_ROOT,
+    group: true,
+    env: {
       ...cleanEnv(),
       PROTO_DEV_DATA_DIR: dataDir,
       PROTO_DEV_DIRECTORY_PORT: String(takenPort),
       PROTO_DEV_TRUST_PORT: String(trustPort),
       PROTO_DEV_NOTES_PORT: String(notesPort),
     },
-    { group: true },
-  );
+  });
   const { code } = await stack.exited;
   assert.equal(code, 1);
   assert.match(stack.stderr(), new RegExp(`npm run dev: port ${takenPort} is in use .*PROTO_DEV_DIRECTORY_PORT`));

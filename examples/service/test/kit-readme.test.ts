@@ -14,14 +14,13 @@
  * local cache first; without a registry the test is skipped, except under CI=true.
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, isAbsolute, join, relative } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { launchChromium } from "@proto/testkit";
+import { freePort, launchChromium } from "@proto/testkit";
+import { type Run, start as startProcess, stop, stopAll } from "./support/processes.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const README = join(REPO_ROOT, "packages", "kit", "README.md");
@@ -74,76 +73,12 @@ function userEnv(extra: Record<string, string> = {}): Record<string, string> {
   return { ...env, ...extra };
 }
 
-interface Run {
-  child: ChildProcess;
-  stdout(): string;
-  stderr(): string;
-  /** Resolves with the first match in stdout; rejects when the process ends first. */
-  waitFor(pattern: RegExp): Promise<RegExpMatchArray>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-/** Every process this file started, each leading a process group of its own. */
-const started: ChildProcess[] = [];
-
+/**
+ * A README line or block in a POSIX shell, leading a process group of its own: npm, node and what
+ * they start stop together, as with Ctrl-C.
+ */
 function start(line: string, cwd: string, env: Record<string, string>, timeoutMs = 10 * MINUTE): Run {
-  // Its own process group: npm, node and what they start stop together, as with Ctrl-C.
-  const child = spawn("/bin/sh", ["-c", line], { cwd, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
-  started.push(child);
-  let out = "";
-  let err = "";
-  const waiters = new Set<() => void>();
-  const notify = () => {
-    for (const waiter of [...waiters]) waiter();
-  };
-  child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
-    out += chunk;
-    notify();
-  });
-  child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
-    err += chunk;
-    notify();
-  });
-  // A guard against a hang, never a timing assertion: the step fails with its output.
-  const guard = setTimeout(() => stop(child, "SIGKILL"), timeoutMs);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once("close", (code, signal) => {
-      clearTimeout(guard);
-      resolve({ code, signal });
-      notify();
-    });
-  });
-  return {
-    child,
-    stdout: () => out,
-    stderr: () => err,
-    exited,
-    waitFor(pattern) {
-      return new Promise((resolve, reject) => {
-        const check = () => {
-          const match = out.match(pattern);
-          if (match) {
-            waiters.delete(check);
-            resolve(match);
-          } else if (child.exitCode !== null || child.signalCode !== null) {
-            waiters.delete(check);
-            reject(new Error(`${line} ended before ${pattern}:\n${out}\n${err}`));
-          }
-        };
-        waiters.add(check);
-        check();
-      });
-    },
-  };
-}
-
-function stop(child: ChildProcess, signal: NodeJS.Signals): void {
-  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-  try {
-    process.kill(-child.pid, signal);
-  } catch {
-    // Already gone.
-  }
+  return startProcess("/bin/sh", ["-c", line], { cwd, env, group: true, timeoutMs });
 }
 
 /** Runs a README block (or line) to its end, as a person pastes it into a POSIX shell. */
@@ -153,22 +88,12 @@ async function shell(script: string, cwd: string, env: Record<string, string>) {
   return { code, stdout: run.stdout(), stderr: run.stderr() };
 }
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
 async function registryProblem(): Promise<string | undefined> {
   const ping = await shell("npm ping --fetch-retries=0 --fetch-timeout=30000", tmpdir(), userEnv());
   return ping.code === 0 ? undefined : `the npm registry cannot be reached (npm ping: exit ${ping.code})`;
 }
 
-after(() => {
-  for (const child of started) stop(child, "SIGKILL");
-});
+after(stopAll);
 
 const unreachable = await registryProblem();
 
