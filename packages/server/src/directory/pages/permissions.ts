@@ -85,7 +85,7 @@ export function permissionsSection(value: unknown): SafeHtml | "" {
       ? ""
       : html`<p class="muted">${omitted} more ${omitted === 1 ? "entry is" : "entries are"} not shown: not a well-formed declaration, or past the first ${MAX_PERMISSIONS}. They are in the JSON below.</p>`;
   return html`<h3 id="d-permissions">Permissions</h3>
-<p class="muted">What an agent may be allowed to do at this service. The person behind an agent decides which of these it holds; the descriptions are the service's own words.</p>
+<p class="muted">What this service says an agent may be allowed to do here, in the service's own words.</p>
 ${shown.length === 0 ? "" : html`<ul class="permissions">${shown.map(permissionItem)}</ul>`}
 ${notes}`;
 }
