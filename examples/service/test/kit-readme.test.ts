@@ -54,13 +54,16 @@ function isInside(parent: string, child: string): boolean {
 /**
  * What a person's shell has: none of the variables of the test runner, npm's script runner (this
  * file runs inside the workspace), our services or the agent, and no workspace node_modules/.bin.
+ * NODE_EXTRA_CA_CERTS stays: it is how the machine reaches the registry when npm's own cafile is not
+ * read (npm under another Node's prefix, as on CI's Node lines); it never names our dev CA, which the
+ * README's agent line sets itself.
  */
 function userEnv(extra: Record<string, string> = {}): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [key, value] of Object.entries(process.env)) {
     if (value === undefined) continue;
     if (
-      /^(NODE_ENV|NODE_OPTIONS|NODE_PATH|NODE_TEST_CONTEXT|NODE_EXTRA_CA_CERTS|INIT_CWD|PROTO_|DIRECTORY_|TRUST_|NOTES_|SMTP_URL|REDIS_URL|LOG_LEVEL|npm_package_|npm_lifecycle_|npm_config_local_prefix|npm_config_workspace)/.test(
+      /^(NODE_ENV|NODE_OPTIONS|NODE_PATH|NODE_TEST_CONTEXT|INIT_CWD|PROTO_|DIRECTORY_|TRUST_|NOTES_|SMTP_URL|REDIS_URL|LOG_LEVEL|npm_package_|npm_lifecycle_|npm_config_local_prefix|npm_config_workspace)/.test(
         key,
       )
     ) {
@@ -90,7 +93,9 @@ async function shell(script: string, cwd: string, env: Record<string, string>) {
 
 async function registryProblem(): Promise<string | undefined> {
   const ping = await shell("npm ping --fetch-retries=0 --fetch-timeout=30000", tmpdir(), userEnv());
-  return ping.code === 0 ? undefined : `the npm registry cannot be reached (npm ping: exit ${ping.code})`;
+  if (ping.code === 0) return undefined;
+  const firstError = ping.stderr.split("\n").find((line) => line.startsWith("npm error") && !/complete log/.test(line));
+  return `the npm registry cannot be reached (npm ping: ${firstError ?? `exit ${ping.code}`})`;
 }
 
 after(stopAll);

@@ -389,6 +389,7 @@ export class ProtectedResource {
       verification: undefined,
       subH: claims.sub,
       kid: undefined,
+      grant: undefined,
       canonicalIssuer: attestor.name,
     };
     const route = this.#route ?? `${request.method.toUpperCase()} ${this.path}`;

@@ -1,4 +1,5 @@
 import type { JSONWebKeySet, JWTPayload } from "jose";
+import { type AuthorityGrant, readGrantClaims } from "./authority.js";
 import { isBase64url } from "./base64url.js";
 import { type ProtoError, protoError } from "./errors.js";
 import { verifyEdDsaJwt } from "./jwt.js";
@@ -45,6 +46,12 @@ export interface VerifiedAttestation {
   /** The pairwise pseudonym of the human (present whenever `verification` is). */
   subH: string | undefined;
   kid: string | undefined;
+  /**
+   * What the person granted the agent at this service (`grant_id`, `scope`,
+   * `authorization_details`), or undefined when the token carries no grant: the service's default
+   * permissions apply, and no spending (docs/authority.md).
+   */
+  grant: AuthorityGrant | undefined;
 }
 
 export interface AttestationVerifier {
@@ -123,6 +130,12 @@ export function createAttestationVerifier(options: AttestationVerifierOptions): 
       const floor = typeof options.minIssuedAt === "function" ? options.minIssuedAt() : options.minIssuedAt;
       if (floor !== undefined && iat < floor) throw invalid("attestation was issued before the accepted bound");
       const verification = VERIFICATION_METHODS.find((m) => m === payload.verification);
+      let grant: AuthorityGrant | undefined;
+      try {
+        grant = readGrantClaims(payload);
+      } catch (error) {
+        throw invalid(`attestation grant: ${(error as Error).message}`, error);
+      }
       return {
         issuer: payload.iss as string,
         audience: payload.aud as string,
@@ -132,6 +145,7 @@ export function createAttestationVerifier(options: AttestationVerifierOptions): 
         verification,
         subH: typeof payload.sub_h === "string" ? payload.sub_h : undefined,
         kid,
+        grant,
       };
     },
   };

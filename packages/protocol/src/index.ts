@@ -14,6 +14,32 @@ export {
   MAX_ATTESTATION_LIFETIME_SECONDS,
   VERIFICATION_METHODS,
 } from "./attestation.js";
+export type {
+  AuthorityErrorCode,
+  AuthorityGrant,
+  AuthorityRefusalContext,
+  GrantClaims,
+  SpendLimit,
+  SpendPeriod,
+  SpendRefusal,
+} from "./authority.js";
+export {
+  AUTHORITY_ERRORS,
+  grantClaims,
+  insufficientPermission,
+  MAX_AMOUNT,
+  MAX_AUTHORIZATION_DETAILS,
+  MAX_GRANT_ID_LENGTH,
+  readGrantClaims,
+  readSpendLimit,
+  SPEND_LIMIT_TYPE,
+  SPEND_PERIODS,
+  spendLimitDetail,
+  spendLimitExceeded,
+  spendLimitProblem,
+  spendPeriodEnd,
+  spendPeriodKey,
+} from "./authority.js";
 export { decodeBase64url, encodeBase64url, isBase64url } from "./base64url.js";
 export type { Challenge, ProtoChallenge } from "./challenge.js";
 export {
