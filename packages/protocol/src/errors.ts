@@ -63,6 +63,7 @@ export const ATTESTOR_ERRORS = {
   binding_revoked: { status: 403, message: "The person revoked this binding" },
   verification_required: { status: 403, message: "The person has no active verification method" },
   service_suspended: { status: 403, message: "The person suspended this agent for this service" },
+  grant_revoked: { status: 403, message: "The person revoked this agent's grant for this service" },
   not_found: { status: 404, message: "Not found" },
   binding_expired: { status: 410, message: "The binding expired; link again" },
   link_request_expired: { status: 410, message: "The link request expired or was already retrieved" },
@@ -80,6 +81,7 @@ export const FINAL_MINT_ERRORS: readonly AttestorErrorCode[] = [
   "binding_revoked",
   "binding_expired",
   "service_suspended",
+  "grant_revoked",
 ];
 
 export function isReservedErrorCode(code: string): code is ReservedErrorCode {

@@ -9,6 +9,12 @@ import { registerOpenApi } from "../platform/openapi.js";
 import type { RateLimitRule } from "../platform/rate-limit.js";
 import { createPlatformParts, rateLimitPrefix } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
+import { agentAuthorityRoutes } from "./authority/agent-routes.js";
+import {
+  DISCOVERY_FETCH_TIMEOUT_MS,
+  MAX_DISCOVERY_DOCUMENT_BYTES,
+  ServiceDeclarations,
+} from "./authority/service-declarations.js";
 import type { TrustConfig } from "./config.js";
 import { KeyRing } from "./keys.js";
 import { type Mailer, OutboxMailer, smtpMailer } from "./mail.js";
@@ -167,6 +173,24 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     keyEncryptionKey: config.secrets.keyEncryptionKey,
     fetch: options.upstreamFetch,
   });
+  // Services' discovery documents, for their permissions: descriptions, defaults, passkey needs.
+  const declarations = new ServiceDeclarations({
+    clock: parts.clock,
+    fetcher: createSafeFetcher({
+      allowPrivate: config.platform.fetch.allowPrivate,
+      resolve: config.platform.fetch.resolve,
+      maxBytes: MAX_DISCOVERY_DOCUMENT_BYTES,
+      timeoutMs: DISCOVERY_FETCH_TIMEOUT_MS,
+      userAgent: "proto-trust/0.1 (service permissions)",
+      ...(options.fetchCa ? { ca: options.fetchCa } : {}),
+    }),
+    bounds: {
+      limiter: parts.limiter,
+      perAddress: config.settings.rateLimits.serviceFetch,
+      maxConcurrent: config.settings.clientMetadata.maxConcurrentFetches,
+      failureCacheSeconds: config.settings.clientMetadata.failureCacheSeconds,
+    },
+  });
   await registerCookies(app);
   await app.register(trustRoutes, {
     service,
@@ -185,6 +209,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     clock: parts.clock,
     publicUrl: config.publicUrl,
     oidcClients: config.oidcClients,
+    declarations,
     linkRequiresPasskey: config.linkRequiresPasskey,
     signinOptions: () => (upstream === undefined ? [] : [upstream.signinOption]),
     accountActions: () => [
@@ -193,6 +218,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     ],
   });
   if (payment !== undefined) await payment.webhook(app);
+  await app.register(agentAuthorityRoutes, { service, settings: config.settings });
   const clients = new ClientRegistry({
     db: database.db,
     clock: parts.clock,
@@ -220,6 +246,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     publicUrl: config.publicUrl,
     production: config.platform.production,
     clients,
+    declarations,
     jtis: nonceStore,
     limiter: parts.limiter,
     settings: config.settings,

@@ -46,6 +46,10 @@ function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["r
     oauth_register: defaults.oauthRegister,
     oauth_authorize: defaults.oauthAuthorize,
     oauth_client_fetch: defaults.oauthClientFetch,
+    approval: defaults.approval,
+    approval_person: defaults.approvalPerPerson,
+    approval_poll: defaults.approvalPoll,
+    service_fetch: defaults.serviceFetch,
   });
   return {
     linkStart: scoped.link_start,
@@ -56,6 +60,10 @@ function readRateLimits(reader: EnvReader, dailyLimit: number): TrustSettings["r
     oauthRegister: scoped.oauth_register,
     oauthAuthorize: scoped.oauth_authorize,
     oauthClientFetch: scoped.oauth_client_fetch,
+    approval: scoped.approval,
+    approvalPerPerson: scoped.approval_person,
+    approvalPoll: scoped.approval_poll,
+    serviceFetch: scoped.service_fetch,
     tokenPerBinding: { ...defaults.tokenPerBinding, limit: dailyLimit },
   };
 }

@@ -127,6 +127,7 @@ export function trustMigrations(engine: Engine): Record<string, Migration> {
     "0010_oauth": oauth(engine),
     "0011_code_grants": codeGrants(),
     "0012_code_expiry": codeExpiry(),
+    "0013_authority": authority(engine),
   };
 }
 
@@ -333,7 +334,125 @@ function state(): Migration {
   };
 }
 
-export interface TrustSchema extends HumanSideSchema, PaymentSchema {
+/**
+ * Bounded authority (docs/authority.md). A grant is one binding's authority at one service (`aud`),
+ * at most one per pair; `claims` is the JSON the mint spreads into a token, written with the grant
+ * so the mint reads one column. Its events are its history. An approval is an agent's request to
+ * widen a grant, waiting for the person; it keeps what the service declared when it was asked.
+ */
+function authority(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    `create table trust_grants (
+      id text primary key,
+      binding_id text not null references trust_bindings (id),
+      human_id text not null references trust_humans (id),
+      aud text not null,
+      service_url text not null,
+      permissions text not null,
+      spend_limits text not null,
+      claims text not null,
+      expires_at ${bigint},
+      revoked_at ${bigint},
+      created_at ${bigint} not null,
+      updated_at ${bigint} not null
+    )`,
+    "create unique index trust_grants_pair on trust_grants (binding_id, aud)",
+    "create index trust_grants_human on trust_grants (human_id)",
+    `create table trust_grant_events (
+      id text primary key,
+      grant_id text not null references trust_grants (id),
+      at ${bigint} not null,
+      kind text not null,
+      permissions text not null,
+      spend_limits text not null,
+      expires_at ${bigint},
+      method text not null,
+      approval_id text
+    )`,
+    "create index trust_grant_events_grant on trust_grant_events (grant_id, at)",
+    `create table trust_approvals (
+      id text primary key,
+      binding_id text not null references trust_bindings (id),
+      human_id text not null references trust_humans (id),
+      agent_did text not null,
+      aud text not null,
+      service_url text not null,
+      declared text not null,
+      permissions text not null,
+      spend_limits text not null,
+      reason text not null,
+      status text not null,
+      created_at ${bigint} not null,
+      expires_at ${bigint} not null,
+      decided_at ${bigint},
+      method text
+    )`,
+    "create index trust_approvals_human on trust_approvals (human_id, created_at)",
+    "create index trust_approvals_agent on trust_approvals (agent_did, created_at)",
+    "create index trust_approvals_expiry on trust_approvals (expires_at)",
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
+}
+
+export interface AuthoritySchema {
+  trust_grants: {
+    id: string;
+    binding_id: string;
+    human_id: string;
+    aud: string;
+    /** The service's origin, where its discovery document (and so its descriptions) is read. */
+    service_url: string;
+    /** JSON array of permission names. */
+    permissions: string;
+    /** JSON array of spend limits in their wire form (RFC 9396 entries). */
+    spend_limits: string;
+    /** JSON object of the token claims: grant_id, scope, authorization_details. */
+    claims: string;
+    expires_at: number | null;
+    revoked_at: number | null;
+    created_at: number;
+    updated_at: number;
+  };
+  trust_grant_events: {
+    id: string;
+    grant_id: string;
+    at: number;
+    /** granted, changed, revoked. */
+    kind: string;
+    permissions: string;
+    spend_limits: string;
+    expires_at: number | null;
+    /** How the person approved: passkey or session. */
+    method: string;
+    approval_id: string | null;
+  };
+  trust_approvals: {
+    id: string;
+    binding_id: string;
+    human_id: string;
+    agent_did: string;
+    aud: string;
+    service_url: string;
+    /** JSON: the service's declared permissions when the agent asked. */
+    declared: string;
+    permissions: string;
+    spend_limits: string;
+    reason: string;
+    /** pending, approved, declined (expiry is read from expires_at). */
+    status: string;
+    created_at: number;
+    expires_at: number;
+    decided_at: number | null;
+    method: string | null;
+  };
+}
+
+export interface TrustSchema extends HumanSideSchema, PaymentSchema, AuthoritySchema {
   trust_state: { name: string; value: string };
   trust_binding_services: {
     binding_id: string;

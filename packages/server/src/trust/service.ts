@@ -1,9 +1,11 @@
 import { createHmac, sign as ed25519Sign, verify as ed25519Verify } from "node:crypto";
 import {
   ATTESTOR_ERRORS,
+  type AuthorityGrant,
   createRequestVerifier,
   decodeBase64url,
   decodeDidKey,
+  type GrantClaims,
   hasUnsafeUrlCharacter,
   isDidSyntax,
   type NonceStore,
@@ -11,6 +13,7 @@ import {
   publicKeyFromRaw,
   type RawRequest,
   type RequestVerifier,
+  readGrantClaims,
   VERIFICATION_METHODS,
   type VerificationMethod,
   type VerifiedRequest,
@@ -23,6 +26,7 @@ import { DependencyUnavailable } from "../platform/dependency.js";
 import { ApiError, invalidRequest, notFound, rateLimited, unauthorized } from "../platform/errors.js";
 import { addressRateLimitKey, type RateLimiter, type RateLimitRule, rateLimitKey } from "../platform/rate-limit.js";
 import { randomToken } from "../platform/tokens.js";
+import { findGrant, type Grant, grantsOfBindings, moveGrants } from "./authority/grants.js";
 import type { KeyRing, SigningKey } from "./keys.js";
 import type { BindingRow, BindingServiceRow, TrustSchema } from "./migrations.js";
 import type { CountedNonceStore } from "./replay-store.js";
@@ -346,7 +350,10 @@ export class TrustService {
         };
         await store.insertBinding(trx, binding);
         // The same person re-linking: the services and suspensions carry over to the new binding.
-        if (live !== undefined && live.human_id === humanId) await store.copyServices(trx, live.id, binding.id);
+        if (live !== undefined && live.human_id === humanId) {
+          await store.copyServices(trx, live.id, binding.id);
+          await moveGrants(trx, live.id, binding.id);
+        }
         const moved = await store.transitionLinkRequest(trx, reqId, "pending", {
           state: "confirmed",
           binding_id: binding.id,
@@ -419,6 +426,7 @@ export class TrustService {
         iat,
         exp,
         verification,
+        ...(minted.grant_claims === null ? {} : (JSON.parse(minted.grant_claims) as GrantClaims)),
       },
       key.privateKey,
     );
@@ -453,12 +461,68 @@ export class TrustService {
 
   /**
    * An agent that proved its key outside `/v1/token` (the OAuth JWT-bearer grant) acting for its
-   * person toward `aud`: the same rules and counts as a mint. Answers the person and how they are
-   * verified.
+   * person toward `aud`: the same rules and counts as a mint. Answers the person, how they are
+   * verified, and the binding's grant for `aud` in force (undefined without one).
    */
-  async authorizeAgent(agentDid: string, aud: string): Promise<{ humanId: string; verification: string }> {
+  async authorizeAgent(
+    agentDid: string,
+    aud: string,
+  ): Promise<{ humanId: string; verification: string; grant: AuthorityGrant | undefined }> {
     const { minted, verification } = await this.#recordUse(agentDid, aud, this.#now());
-    return { humanId: minted.human_id, verification };
+    const grant =
+      minted.grant_claims === null
+        ? undefined
+        : readGrantClaims(JSON.parse(minted.grant_claims) as Record<string, unknown>);
+    return { humanId: minted.human_id, verification, grant };
+  }
+
+  /**
+   * A request an agent signed with its key (RFC 9421, as `POST /v1/token`) to `path` of the
+   * attestor: answers the agent's DID and its JSON body (undefined without one). Each attempt
+   * counts against `rule` for the address, the refused ones too.
+   */
+  async verifyAgentRequest(
+    request: RawRequest,
+    path: string,
+    clientIp: string,
+    rule: RateLimitRule,
+  ): Promise<{ agentDid: string; body: unknown }> {
+    const client = addressRateLimitKey(clientIp);
+    const nonces = this.#deps.countingNonces(rule, client);
+    let verified: VerifiedRequest;
+    try {
+      verified = await this.#verifier.verify(request, { url: `${this.#deps.publicUrl}${path}`, nonceStore: nonces });
+    } catch (error) {
+      if (!nonces.counted()) {
+        const decision = await this.#deps.limiter.hit(rule, client);
+        if (!decision.allowed) throw rateLimited(decision.retryAfterSeconds);
+      }
+      throw error;
+    }
+    if (verified.body === undefined || verified.body.length === 0) return { agentDid: verified.keyid, body: undefined };
+    try {
+      return { agentDid: verified.keyid, body: JSON.parse(Buffer.from(verified.body).toString("utf8")) as unknown };
+    } catch {
+      throw invalidRequest("the body must be JSON");
+    }
+  }
+
+  /**
+   * The agent's binding in force: its latest, when not revoked or lapsed. Throws the contract's
+   * error otherwise (401 unauthorized when never linked, 403 binding_revoked, 410 binding_expired).
+   */
+  async bindingInForce(agentDid: string): Promise<BindingRow> {
+    const binding = await store.latestBindingForAgent(this.#db, agentDid);
+    if (binding === undefined) throw unauthorized("this agent is not linked to a person; run the link flow");
+    if (binding.revoked_at !== null) throw new ApiError(403, "binding_revoked", "the person revoked this binding");
+    if (binding.expires_at <= this.#now()) throw new ApiError(410, "binding_expired", "the binding lapsed; link again");
+    return binding;
+  }
+
+  /** `GET /v1/grants`: what the agent's person granted it, service by service. */
+  async agentGrants(agentDid: string): Promise<Grant[]> {
+    const binding = await this.bindingInForce(agentDid);
+    return grantsOfBindings(this.#db, [binding.id]);
   }
 
   /**
@@ -473,6 +537,9 @@ export class TrustService {
     if (binding.expires_at <= now) return new ApiError(410, "binding_expired", "the binding lapsed; link again");
     if (strongestMethod(context.methods) === undefined) return verificationRequired();
     if (service?.suspended_at != null) return serviceSuspended(aud, this.#deps.publicUrl);
+    if ((await findGrant(this.#db, binding.id, aud))?.revokedAt != null) {
+      return new ApiError(403, "grant_revoked", "the person revoked this agent's grant for this service");
+    }
     const daily = this.#deps.settings.rateLimits.tokenPerBinding;
     const { day, secondsLeft } = dailyWindow(daily, now);
     if (binding.mint_day === day && binding.mint_day_count >= daily.limit) {

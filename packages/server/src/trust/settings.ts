@@ -29,6 +29,14 @@ export interface TrustSettings {
     oauthAuthorize: RateLimitRule;
     /** Client metadata documents fetched because of one client address (cached ones are free). */
     oauthClientFetch: RateLimitRule;
+    /** Approval requests (`POST /v1/approvals`) per agent. */
+    approval: RateLimitRule;
+    /** Approval requests per person, whichever of their agents asks. */
+    approvalPerPerson: RateLimitRule;
+    /** Approval polls (`GET /v1/approvals/{id}`) and grant listings per client address. */
+    approvalPoll: RateLimitRule;
+    /** Services' discovery documents fetched because of one client address (cached ones are free). */
+    serviceFetch: RateLimitRule;
   };
   /** Outbound fetches of client metadata documents (https `client_id`s), for all addresses together. */
   clientMetadata: {
@@ -66,6 +74,10 @@ export const DEFAULT_TRUST_SETTINGS: TrustSettings = {
     // for a client not seen in the last minute or more.
     oauthAuthorize: { name: "trust.oauth_authorize", limit: 120, windowSeconds: 60 },
     oauthClientFetch: { name: "trust.oauth_client_fetch", limit: 20, windowSeconds: 60 },
+    approval: { name: "trust.approval", limit: 10, windowSeconds: 60 },
+    approvalPerPerson: { name: "trust.approval_person", limit: 30, windowSeconds: 3600 },
+    approvalPoll: { name: "trust.approval_poll", limit: 60, windowSeconds: 60 },
+    serviceFetch: { name: "trust.service_fetch", limit: 20, windowSeconds: 60 },
   },
   clientMetadata: { maxConcurrentFetches: 50, failureCacheSeconds: 60 },
 };

@@ -281,6 +281,8 @@ export interface MintRecord {
   methods: string[];
   /** The pair (binding, aud)'s last recorded use; null before its first mint for `aud`. */
   service_last_mint_at: number | null;
+  /** The claims of the pair's grant in force (JSON), or null: no grant, or an expired one. */
+  grant_claims: string | null;
 }
 
 /**
@@ -322,9 +324,15 @@ function mintStatement(mint: MintInput, i: number) {
       and not exists (
         select 1 from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud} and s.suspended_at is not null)
+      and not exists (
+        select 1 from trust_grants g
+        where g.binding_id = trust_bindings.id and g.aud = ${aud} and g.revoked_at is not null)
     returning ${sql.lit(i)} as i, id, human_id,
       (select s.last_mint_at from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud}) as service_last_mint_at,
+      (select g.claims from trust_grants g
+        where g.binding_id = trust_bindings.id and g.aud = ${aud}
+          and (g.expires_at is null or g.expires_at > ${now})) as grant_claims,
       ${sql.join(VERIFICATION_METHODS.map((method, j) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${j}`)}`))}`;
 }
 
@@ -336,6 +344,7 @@ function mintRecord(row: Record<string, unknown>): MintRecord {
     // PostgreSQL answers booleans, SQLite 0 or 1.
     methods: VERIFICATION_METHODS.filter((_, i) => Boolean(row[`has_method_${i}`])),
     service_last_mint_at: last === null || last === undefined ? null : Number(last),
+    grant_claims: typeof row.grant_claims === "string" ? row.grant_claims : null,
   };
 }
 
@@ -378,9 +387,15 @@ export async function recordMints(db: Db, mints: readonly MintInput[]): Promise<
       and not exists (
         select 1 from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = m.aud and s.suspended_at is not null)
+      and not exists (
+        select 1 from trust_grants g
+        where g.binding_id = trust_bindings.id and g.aud = m.aud and g.revoked_at is not null)
     returning m.i as i, trust_bindings.id as id, trust_bindings.human_id as human_id,
       (select s.last_mint_at from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = m.aud) as service_last_mint_at,
+      (select g.claims from trust_grants g
+        where g.binding_id = trust_bindings.id and g.aud = m.aud
+          and (g.expires_at is null or g.expires_at > m.now)) as grant_claims,
       ${sql.join(
         VERIFICATION_METHODS.map((method, i) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${i}`)}`),
       )}`.execute(db);

@@ -119,7 +119,8 @@ export function isMetadataDocumentId(clientId: string): boolean {
   }
 }
 
-function cacheSeconds(cacheControl: string | undefined): number {
+/** How long a fetched document may be kept, from its Cache-Control (bounded either way). */
+export function cacheSeconds(cacheControl: string | undefined): number {
   if (cacheControl === undefined) return METADATA_CACHE_DEFAULT_SECONDS;
   if (/(^|,)\s*(no-store|no-cache)\s*(,|$)/i.test(cacheControl)) return METADATA_CACHE_MIN_SECONDS;
   const maxAge = /(?:^|,)\s*max-age\s*=\s*(\d{1,9})\s*(?:,|$)/i.exec(cacheControl);

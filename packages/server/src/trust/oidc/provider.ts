@@ -8,6 +8,7 @@ import { rateLimitHook, sendError, toApiError } from "../../platform/http.js";
 import { clientProblem } from "../../platform/page-errors.js";
 import { addressRateLimitKey, type RateLimiter } from "../../platform/rate-limit.js";
 import { hashToken, randomToken } from "../../platform/tokens.js";
+import type { ServiceDeclarations } from "../authority/service-declarations.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
 import type { TrustSettings } from "../settings.js";
@@ -35,6 +36,8 @@ export interface OidcProviderDeps {
   publicUrl: string;
   production: boolean;
   clients: ClientRegistry;
+  /** Services' declared permissions: what a scope means, and a resource's defaults. */
+  declarations: ServiceDeclarations;
   jtis: NonceStore;
   limiter: RateLimiter;
   settings: TrustSettings;

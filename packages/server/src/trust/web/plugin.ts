@@ -7,6 +7,7 @@ import { html } from "../../platform/html.js";
 import { pageProblem } from "../../platform/page-errors.js";
 import type { RateLimiter } from "../../platform/rate-limit.js";
 import { trustApiIndex } from "../api-index.js";
+import type { ServiceDeclarations } from "../authority/service-declarations.js";
 import { type Mailer, OutboxMailer } from "../mail.js";
 import type { OidcClient } from "../oidc/clients.js";
 import { Passkeys } from "../passkeys.js";
@@ -35,6 +36,8 @@ export interface HumanPagesOptions {
   oidcClients?: readonly OidcClient[];
   /** Links are confirmed only in a session signed in with a passkey. */
   linkRequiresPasskey?: boolean;
+  /** Services' declared permissions (descriptions on grant and approval pages). */
+  declarations: ServiceDeclarations;
 }
 
 /**
