@@ -98,6 +98,11 @@ export interface TrustHarness {
   poll(agent: Agent, reqId: string): Promise<HttpResult>;
   /** A signed `POST /v1/token`; `tweak` may alter what is sent after signing. */
   mint(agent: Agent, aud: string, options?: MintOptions): Promise<HttpResult>;
+  /**
+   * A request the agent signs (RFC 9421, as a mint is) for `{trust_url}{path}`: the agent-facing
+   * routes of bounded authority (`GET /v1/grants`, `POST /v1/approvals`...).
+   */
+  signed(agent: Agent, method: string, path: string, body?: unknown): Promise<HttpResult>;
   hook(path: string, body: Record<string, unknown>): Promise<HttpResult>;
   close(): Promise<void>;
 }
@@ -207,6 +212,19 @@ export async function startTrustHarness(
         ...options.headers,
       };
       return harness.request("POST", options.path ?? "/v1/token", { rawBody: options.sentBody ?? body, headers });
+    },
+    async signed(agent, method, path, body) {
+      const text = body === undefined ? undefined : JSON.stringify(body);
+      const clockNow = (await harness.request("POST", "/__test/clock", { body: {} })).json.now_unix as number;
+      const signedRequest = signRequest(
+        { method, url: `${publicUrl}${path}`, ...(text === undefined ? {} : { body: text }) },
+        { keyid: agent.did, privateKey: agent.privateKey, created: clockNow },
+      );
+      const headers: Record<string, string> = {
+        ...(text === undefined ? {} : { "content-type": "application/json" }),
+        ...signedRequest.headers,
+      };
+      return harness.request(method, path, { ...(text === undefined ? {} : { rawBody: text }), headers });
     },
     async close() {
       await app.close();
