@@ -373,7 +373,7 @@ export async function trustRoutes(app: FastifyInstance, options: TrustRoutesOpti
     const tokenSchema = {
       summary: "Mint an attestation",
       description:
-        'Signed by the agent\'s key (RFC 9421) for `{trust_url}/v1/token`, covering @method, @target-uri and content-digest, with created, expires and nonce. Body: `{"aud": "<service DID>"}`.\n\nErrors: 400 `invalid_request` (body or `aud`); 401 `invalid_signature`, `expired_signature`, `replayed_nonce`, `unauthorized` (no binding for this DID); 403 `binding_revoked`, `verification_required`, `service_suspended` (the person suspended this agent for this `aud` on `/account`; other services still mint; final until they restore it); 410 `binding_expired`; 429 `rate_limited` with `Retry-After`.',
+        'Signed by the agent\'s key (RFC 9421) for `{trust_url}/v1/token`, covering @method, @target-uri and content-digest, with created, expires and nonce. Body: `{"aud": "<service DID>"}`.\n\nErrors: 400 `invalid_request` (body or `aud`); 401 `invalid_signature`, `expired_signature`, `replayed_nonce`, `unauthorized` (no binding for this DID); 403 `binding_revoked`, `verification_required`, `service_suspended` (the person suspended this agent for this `aud` on `/account`; other services still mint; final until they restore it), `grant_revoked` (the person revoked this agent\'s grant for this `aud`; final until they approve again); 410 `binding_expired`; 429 `rate_limited` with `Retry-After`.',
       tags: ["tokens"],
       security: [{ httpSignature: [] }],
       response: { 200: minted, "4xx": ERROR_ENVELOPE },
