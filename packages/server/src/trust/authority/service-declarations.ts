@@ -26,6 +26,9 @@ export interface ServiceDeclaration {
 /** The service's document could not be had or is not acceptable; the message says why. */
 export class DeclarationProblem extends Error {}
 
+/** The document names another service than the one asked about: the asker's mistake, not an outage. */
+export class AudienceMismatch extends DeclarationProblem {}
+
 /** The declared default permissions, in declaration order. */
 export function defaultPermissions(declaration: ServiceDeclaration): string[] {
   return Object.entries(declaration.permissions)
@@ -84,7 +87,7 @@ export class ServiceDeclarations {
   async of(origin: string, aud: string, address: string): Promise<ServiceDeclaration> {
     const declaration = await this.#documents.get(`${origin}/.well-known/proto`, address);
     if (declaration.serviceDid !== aud) {
-      throw new DeclarationProblem(`the service at ${origin} calls itself ${declaration.serviceDid}, not ${aud}`);
+      throw new AudienceMismatch(`the service at ${origin} calls itself ${declaration.serviceDid}, not ${aud}`);
     }
     return declaration;
   }
