@@ -137,6 +137,10 @@ export const KIT_SPECIFIC_ERRORS = {
     status: 401,
     message: "This resource needs an OAuth access token: Authorization: Bearer <token>",
   },
+  kit_spend_reference_reused: {
+    status: 409,
+    message: "This spend reference was used for another spend; a new spend needs a new reference",
+  },
   // RFC 6750 §3.1's codes, for protected resources (`mcp-resource.ts`).
   invalid_token: { status: 401, message: "The access token is invalid, expired or not for this resource" },
   insufficient_scope: { status: 403, message: "The access token lacks a scope this resource needs" },

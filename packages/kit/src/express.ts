@@ -10,7 +10,7 @@ import type { IncomingMessage } from "node:http";
 import { protoError } from "@proto/protocol";
 import type { NextFunction, Request, RequestHandler, Response } from "express";
 import { kitError } from "./errors.js";
-import { guardRequest, type RequireAgentOptions } from "./guard.js";
+import { checkGuardOptions, guardRequest, type RequireAgentOptions } from "./guard.js";
 import { type KitRequest, type KitResponse, mergeChallenges, publicUrlFor, toHeaders } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
 import { isJson } from "./request-body.js";
@@ -158,7 +158,8 @@ function parsedBody(headers: Headers, body: Buffer | undefined): unknown {
  * `app.post("/api/notes", agentRoute(kit), handler)`, or `app.use("/api", agentRoute(kit))`.
  * Mount it before any body parser of its routes.
  */
-export function agentRoute(kit: Kit, options: RequireAgentOptions = {}): RequestHandler {
+export function agentRoute(kit: Kit, given: RequireAgentOptions = {}): RequestHandler {
+  const options = checkGuardOptions(kit, given, "agentRoute");
   return async function protoAgentRoute(req: Request, res: Response, next: NextFunction) {
     const headers = headersOf(req);
     // The route pattern when the guard runs inside a route, else the path (pass `route` to group).

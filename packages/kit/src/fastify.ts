@@ -16,7 +16,7 @@ import type {
   RouteHandlerMethod,
 } from "fastify";
 import { asProtoError, kitError } from "./errors.js";
-import { guardRequest, type RequireAgentOptions } from "./guard.js";
+import { checkGuardOptions, guardRequest, type RequireAgentOptions } from "./guard.js";
 import { errorResponse, type KitRequest, type KitResponse, mergeChallenges, publicUrlFor, toHeaders } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
 import type { BearerContext, ProtectedResource, ProtectedResourceOptions } from "./mcp-resource.js";
@@ -102,7 +102,8 @@ export const captureRawBody: preParsingAsyncHookHandler = async (request, _reply
  * account: implicit signup, expiry, rate limit, attested session) and sets `request.proto`; errors
  * are answered in the envelope. Routes with a body also need `captureRawBody` (see `agentRoute`).
  */
-export function requireAgent(kit: Kit, options: RequireAgentOptions = {}): preHandlerAsyncHookHandler {
+export function requireAgent(kit: Kit, given: RequireAgentOptions = {}): preHandlerAsyncHookHandler {
+  const options = checkGuardOptions(kit, given, "requireAgent");
   return async function protoRequireAgent(request, reply) {
     const headers = toHeaders(request.headers as Record<string, string | string[] | undefined>);
     const route = options.route ?? `${request.method} ${request.routeOptions.url ?? request.url}`;

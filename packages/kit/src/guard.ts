@@ -30,6 +30,22 @@ export interface RequireAgentOptions {
    * `kit_signed_agent_refused`. Default: `allow` on optional routes, `challenge` elsewhere.
    */
   signedAgents?: SignedAgentPolicy;
+  /**
+   * Permissions the caller must hold (docs/authority.md), each declared in `createKit`'s
+   * `permissions` (checked when the route is defined): its token's grant when it carries one, else
+   * the declared defaults. A missing one answers 403 `insufficient_permission`.
+   */
+  permissions?: string[];
+}
+
+/**
+ * The options of a guard, checked when the route is defined: the adapters call it once, so a
+ * permission the service never declared fails at start instead of locking the route.
+ */
+export function checkGuardOptions(kit: Kit, options: RequireAgentOptions, adapter: string): RequireAgentOptions {
+  if (options.permissions === undefined) return options;
+  const where = options.route === undefined ? adapter : `${adapter} (route ${options.route})`;
+  return { ...options, permissions: [...kit.routePermissions(options.permissions, where)] };
 }
 
 /** The outcome of a guarded request: go on with what the handler reads, or answer `response`. */
@@ -48,11 +64,29 @@ function boundedBody(kit: Kit, headers: Headers, request: KitRequest): GuardOutc
 }
 
 /**
- * Runs the guard. `request` builds the kit's view of the request (reading the body may fail: a
+ * Runs the guard, then checks the route's permissions against what the caller holds (a set
+ * lookup on the verified token). `request` builds the kit's view of the request (reading the body may fail: a
  * body too large is answered like any refusal); it is not called for an anonymous caller of an
  * optional route, whose body the guard has no reason to read.
  */
 export async function guardRequest(
+  kit: Kit,
+  headers: Headers,
+  route: string,
+  options: RequireAgentOptions,
+  request: () => KitRequest | Promise<KitRequest>,
+): Promise<GuardOutcome> {
+  const outcome = await verifiedCaller(kit, headers, route, options, request);
+  if (!outcome.pass || options.permissions === undefined) return outcome;
+  try {
+    kit.requirePermissions(outcome.proto, options.permissions);
+  } catch (error) {
+    return { pass: false, response: kit.errorResponse(error, { headers }) };
+  }
+  return outcome;
+}
+
+async function verifiedCaller(
   kit: Kit,
   headers: Headers,
   route: string,

@@ -11,7 +11,7 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { routePath } from "hono/route";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { guardRequest, type RequireAgentOptions } from "./guard.js";
+import { checkGuardOptions, guardRequest, type RequireAgentOptions } from "./guard.js";
 import { fromFetchRequest, type KitRequest, type KitResponse, publicUrlFor } from "./http.js";
 import type { AgentContext, Kit } from "./kit.js";
 import type { SignedAgentIdentity } from "./signed-agents.js";
@@ -96,7 +96,8 @@ function refuse(c: Context, response: KitResponse): Response {
  * (`c.req.json()`): the guard reads a clone. `app.post("/api/notes", agentRoute(kit), handler)`,
  * or `app.use("/api/*", agentRoute(kit))`.
  */
-export function agentRoute(kit: Kit, options: RequireAgentOptions = {}): MiddlewareHandler<ProtoEnv> {
+export function agentRoute(kit: Kit, given: RequireAgentOptions = {}): MiddlewareHandler<ProtoEnv> {
+  const options = checkGuardOptions(kit, given, "agentRoute");
   return async function protoAgentRoute(c, next) {
     const headers = c.req.raw.headers;
     // The pattern of the route that answers (`/posts/:id`), whichever middleware this is.

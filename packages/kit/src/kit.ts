@@ -23,6 +23,7 @@ import {
 import { introspectionHandler, keyRotationHandler, signupHandler } from "./accounts.js";
 import { AgentAuthenticator, RATE_WINDOW_SECONDS } from "./agent-auth.js";
 import { type AttestorConfig, AttestorRegistry } from "./attestors.js";
+import { Authority, type AuthorityHolder, type SpendRequest, type SpendResult } from "./authority.js";
 import { claimCompletionHandler, claimPageHandler, EMAIL_SIGNIN_PATH } from "./claim.js";
 import { KitConfigError } from "./config-error.js";
 import type { AgentContext, Handler, InvitationEvent, KitCore, ResolvedOptions } from "./core.js";
@@ -43,7 +44,12 @@ import { invitationHandler } from "./invitation.js";
 import { keyDirectorySource } from "./key-directories.js";
 import type { KitMailOptions, OutboxEntry } from "./mailer.js";
 import { advertiseMcp } from "./mcp-discovery.js";
-import { ProtectedResource, type ProtectedResourceOptions } from "./mcp-resource.js";
+import {
+  type BearerAgent,
+  type BearerContext,
+  ProtectedResource,
+  type ProtectedResourceOptions,
+} from "./mcp-resource.js";
 import {
   keyRekeyHandler,
   keyRevocationHandler,
@@ -204,6 +210,11 @@ export interface AuthenticateOptions {
   url?: string;
   /** The client's address (after your trusted proxies); see `HandleOptions.clientAddress`. */
   clientAddress?: string;
+  /**
+   * Permissions the caller must hold (declared in `permissions`): its grant's, else the defaults.
+   * A missing one throws 403 `insufficient_permission`.
+   */
+  permissions?: string[];
 }
 
 export interface HandleOptions {
@@ -298,6 +309,7 @@ export class Kit {
   readonly sessions: OwnerSessions;
   readonly signIn: AttestorSignIn;
   readonly #authenticator: AgentAuthenticator;
+  readonly #authority: Authority;
   readonly #core: KitCore;
   readonly #mail: InvitationMailer | undefined;
   readonly #now: () => number;
@@ -341,6 +353,13 @@ export class Kit {
       accepted,
       now: this.#now,
       fetch: options.fetch,
+    });
+    this.#authority = new Authority({
+      permissions: this.permissions,
+      serviceDid: this.serviceDid,
+      store,
+      now: this.#now,
+      attestorUrl: (issuer) => this.attestors.get(issuer)?.url,
     });
     const features = discovery.features ?? [];
     const session = options.attestedSession ?? { mode: "strict" };
@@ -520,12 +539,54 @@ export class Kit {
       };
     }
     if (options.clientAddress !== undefined) kitRequest.clientAddress = options.clientAddress;
-    return this.authenticateRequest(kitRequest, options.route ?? `${kitRequest.method} ${kitRequest.url.pathname}`);
+    const route = options.route ?? `${kitRequest.method} ${kitRequest.url.pathname}`;
+    const permissions = this.routePermissions(options.permissions, `kit.authenticate (${route})`);
+    const context = await this.authenticateRequest(kitRequest, route);
+    this.requirePermissions(context, permissions);
+    return context;
   }
 
   /** `authenticate` over the kit's own request shape (what adapters call). */
   async authenticateRequest(request: KitRequest, route: string, explicitSignup = false): Promise<AgentContext> {
     return this.#authenticator.authenticate(request, route, explicitSignup);
+  }
+
+  // ---------------------------------------------------------------- bounded authority
+
+  /**
+   * The permissions a caller holds (docs/authority.md): its token's grant when it carries one, else
+   * the declared default permissions (so also for a request without an attestation, or an anonymous
+   * caller). A person's MCP client holds the scopes the person consented to.
+   */
+  heldPermissions(context: AgentContext | BearerContext | null): string[] {
+    return [...this.#authority.held(context === null ? undefined : holderOf(context))];
+  }
+
+  /** Throws 403 `insufficient_permission` (naming the missing ones) unless the caller holds every one of `permissions`. */
+  requirePermissions(context: AgentContext | BearerContext | null, permissions: readonly string[]): void {
+    if (permissions.length > 0) this.#authority.require(context === null ? undefined : holderOf(context), permissions);
+  }
+
+  /**
+   * Spends under the agent's grant (docs/authority.md): the spending permission must be granted
+   * with a spend limit; `per_transaction`, then `per_period` for the current calendar period,
+   * counted atomically; the same `reference` again answers the first spend. Throws 403
+   * `insufficient_permission` or `spend_limit_exceeded` (with `details.remaining`), 409
+   * `kit_spend_reference_reused`, 400 `malformed_request` for an amount, currency or reference out
+   * of bounds.
+   */
+  async spend(context: AgentContext | BearerAgent, request: SpendRequest): Promise<SpendResult> {
+    const holder = holderOf(context);
+    const did = "kind" in context ? context.agentDid : context.did;
+    return this.#authority.spend({ ...holder, did, accountId: context.record.id }, request);
+  }
+
+  /**
+   * @internal A route's `permissions`, checked when the route is defined (adapters call it): each
+   * must be declared, else a `KitConfigError` naming `where`.
+   */
+  routePermissions(permissions: readonly string[] | undefined, where: string): readonly string[] {
+    return this.#authority.routePermissions(permissions, where);
   }
 
   // ---------------------------------------------------------------- protected resources (MCP)
@@ -701,6 +762,20 @@ export class Kit {
   }
 
   #challenged(response: KitResponse, error: ProtoError, request: { headers: Headers } | undefined): KitResponse {
+    if (response.status === 403 && error.code === "insufficient_permission") {
+      // What to ask the person for, and where: the agent reads it without parsing the body.
+      const details = error.details ?? {};
+      const challenge = formatProtoChallenge({
+        discovery: `${this.origin}/.well-known/proto`,
+        realm: this.serviceDid,
+        error: error.code,
+        permissions: Array.isArray(details.missing) ? details.missing.map(String) : [],
+        ...(typeof details.attestor === "string" ? { attestor: details.attestor } : {}),
+      });
+      const headers = { ...response.headers };
+      headers["www-authenticate"] = appendChallenge(headers["www-authenticate"], challenge);
+      return { ...response, headers };
+    }
     if (response.status !== 401) return response;
     const attempted = request !== undefined && attemptedProtocol(request.headers);
     const challenge = formatProtoChallenge({
@@ -824,6 +899,15 @@ export class Kit {
     await this.#mail?.close();
     if (this.#ownsStore) await this.store.close();
   }
+}
+
+/** The grant a caller's token carried, and its attestor: what bounded authority decides on. */
+function holderOf(context: AgentContext | BearerContext): AuthorityHolder {
+  if (!("kind" in context)) {
+    return { grant: context.attestation?.grant, issuer: context.attestation?.canonicalIssuer };
+  }
+  if (context.kind === "agent") return { grant: context.grant, issuer: context.issuer };
+  return { grant: undefined, issuer: context.issuer, consented: context.scopes };
 }
 
 /** Creates the kit: opens (and migrates) the store unless one is given, builds and validates the discovery document. */

@@ -6,7 +6,15 @@
  * with an attestation use; a person's token (an MCP client acting for them) names the person the
  * kit knows from sign-in and attestations. Framework-free; `fastify.ts` mounts it (`mcpRoute`).
  */
-import { isDidKey, KeySetUnavailableError, ProtoError, type Recipient, recipientKey } from "@proto/protocol";
+import {
+  type AuthorityGrant,
+  isDidKey,
+  KeySetUnavailableError,
+  ProtoError,
+  type Recipient,
+  readGrantClaims,
+  recipientKey,
+} from "@proto/protocol";
 import { decodeJwt, decodeProtectedHeader, type JWTPayload, errors as joseErrors, jwtVerify } from "jose";
 import type { ResolvedAccount } from "./agent-auth.js";
 import type { AttestorRegistry, KitAttestation, ResolvedAttestor } from "./attestors.js";
@@ -97,6 +105,9 @@ export interface AccessTokenClaims extends JWTPayload {
   acr?: string;
   amr?: string[];
   auth_time?: number;
+  /** An agent's grant at this service (docs/authority.md), with `scope` and `authorization_details`. */
+  grant_id?: string;
+  authorization_details?: Record<string, unknown>[];
 }
 
 interface BearerCallerBase {
@@ -124,6 +135,11 @@ export interface BearerAgent extends BearerCallerBase {
   record: AccountRecord;
   /** True when this request created the account (implicit signup). */
   created: boolean;
+  /**
+   * What the person granted the agent here, as the token carries it (`grant_id`, `scope`,
+   * `authorization_details`); undefined without one: the service's defaults apply, no spending.
+   */
+  grant: AuthorityGrant | undefined;
 }
 
 /** A person, through a client of theirs (an MCP client such as a desktop assistant). */
@@ -212,6 +228,24 @@ function refusal(error: unknown): string {
     return "the access token is signed with a key its issuer does not publish";
   if (error instanceof joseErrors.JWSSignatureVerificationFailed) return "the access token's signature does not verify";
   return "the access token does not verify";
+}
+
+/**
+ * The grant an agent's access token carries, read as an attestation's is: its `scope` is the
+ * grant's permissions. Undefined without `grant_id` (the token's scope then says only what the
+ * client asked for). Malformed grant claims make the token invalid.
+ */
+function tokenGrant(claims: AccessTokenClaims): AuthorityGrant | undefined {
+  const { grant_id: grantId, authorization_details: details, scope } = claims;
+  try {
+    return readGrantClaims({
+      grant_id: grantId,
+      authorization_details: details,
+      scope: grantId === undefined ? undefined : scope,
+    });
+  } catch (error) {
+    throw invalid(`the access token's grant: ${(error as Error).message}`);
+  }
 }
 
 /**
@@ -378,6 +412,7 @@ export class ProtectedResource {
     };
     const agentDid = claims.act?.sub;
     if (agentDid === undefined) return { ...base, kind: "person", agentDid: undefined, account: undefined };
+    const grant = tokenGrant(claims);
     // A revoked key is refused here as on the signed path, and before any signup.
     if (await this.#deps.store.isRevoked(agentDid)) throw invalid("the agent's key was revoked at this service");
     const evidence: KitAttestation = {
@@ -389,12 +424,12 @@ export class ProtectedResource {
       verification: undefined,
       subH: claims.sub,
       kid: undefined,
-      grant: undefined,
+      grant,
       canonicalIssuer: attestor.name,
     };
     const route = this.#route ?? `${request.method.toUpperCase()} ${this.path}`;
     const { record, account, created } = await this.#deps.resolveAgent(agentDid, evidence, route);
-    return { ...base, kind: "agent", agentDid, account, record, created };
+    return { ...base, kind: "agent", agentDid, account, record, created, grant };
   }
 
   /**

@@ -9,6 +9,7 @@ import { jsonResponse, type KitRequest, redirectResponse } from "./http.js";
 import { isJson, parseJsonObject, requireDidKey } from "./request-body.js";
 import { accountExpiresAt, type OwnerAccountView, toOwnerAccountView } from "./resource.js";
 import { identityKeys, type OwnerSession } from "./sessions.js";
+import { OWNER_SPENDS_PER_ACCOUNT, spendsByAccount } from "./spend-view.js";
 import type { AccountRecord, PersonRecord } from "./store/types.js";
 import { isoTime } from "./util.js";
 
@@ -63,9 +64,17 @@ export function ownedAccountsHandler(core: KitCore): Handler {
       session.personId === undefined ? undefined : await core.store.findPerson(session.personId);
     const keys = identityKeys(session);
     const records = await core.store.listAccountsForPerson(session.personId, [...keys]);
-    const accounts = records.map((record) =>
-      toOwnerAccountView(record, core.accountResource(record), owns(session, keys, record) ? "owner" : "attested"),
+    // What each agent spent under the person's grants (docs/authority.md), by grant.
+    const spends = spendsByAccount(
+      await core.store.listSpends(
+        records.map((record) => record.id),
+        OWNER_SPENDS_PER_ACCOUNT,
+      ),
     );
+    const accounts = records.map((record) => ({
+      ...toOwnerAccountView(record, core.accountResource(record), owns(session, keys, record) ? "owner" : "attested"),
+      spending: spends.get(record.id) ?? [],
+    }));
     return jsonResponse(200, {
       person:
         person === undefined

@@ -34,7 +34,7 @@ for (const engine of ENGINES) {
       const applied = await sql<{ name: string }>`select name from kit_migrations`.execute(second.db);
       assert.deepEqual(
         applied.rows.map((r) => r.name),
-        ["0001_initial", "0002_invitation_redirect"],
+        ["0001_initial", "0002_invitation_redirect", "0003_spends"],
       );
       await second.close();
     });

@@ -24,6 +24,10 @@ export interface ProtoChallenge {
   ownerLogin?: string | undefined;
   /** The service DID. */
   realm?: string | undefined;
+  /** For `insufficient_permission`: the permissions the request lacks (docs/authority.md). */
+  permissions?: readonly string[] | undefined;
+  /** For `insufficient_permission`: the `{trust_url}` of the attestor that can widen the grant. */
+  attestor?: string | undefined;
 }
 
 /** One challenge of a `WWW-Authenticate` field: its scheme and its parameters (names lower-cased). */
@@ -48,6 +52,8 @@ export function formatProtoChallenge(challenge: ProtoChallenge): string {
   // Present even when empty: "no attestor is accepted here" is an answer too.
   if (challenge.attestors !== undefined) params.push(["attestors", challenge.attestors.join(" ")]);
   if (challenge.ownerLogin !== undefined) params.push(["owner_login", challenge.ownerLogin]);
+  if (challenge.permissions !== undefined) params.push(["permissions", challenge.permissions.join(" ")]);
+  if (challenge.attestor !== undefined) params.push(["attestor", challenge.attestor]);
   return `${CHALLENGE_SCHEME} ${params.map(([name, value]) => `${name}=${paramValue(value)}`).join(", ")}`;
 }
 
@@ -70,7 +76,7 @@ export function findProtoChallenge(values: string | readonly string[] | null | u
     (challenge) => challenge.scheme.toLowerCase() === CHALLENGE_SCHEME.toLowerCase(),
   );
   if (found === undefined) return undefined;
-  const { discovery, error, attestors, owner_login: ownerLogin, realm } = found.params;
+  const { discovery, error, attestors, owner_login: ownerLogin, realm, permissions, attestor } = found.params;
   if (discovery === undefined) return undefined;
   return {
     discovery,
@@ -78,6 +84,8 @@ export function findProtoChallenge(values: string | readonly string[] | null | u
     ...(attestors === undefined ? {} : { attestors: attestors.split(/\s+/).filter((a) => a.length > 0) }),
     ...(ownerLogin === undefined ? {} : { ownerLogin }),
     ...(realm === undefined ? {} : { realm }),
+    ...(permissions === undefined ? {} : { permissions: permissions.split(/\s+/).filter((p) => p.length > 0) }),
+    ...(attestor === undefined ? {} : { attestor }),
   };
 }
 

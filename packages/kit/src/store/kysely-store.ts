@@ -18,6 +18,8 @@ import type {
   RotateOutcome,
   SessionRecord,
   SignInRequestRecord,
+  SpendOutcome,
+  SpendRecord,
 } from "./types.js";
 
 export interface OpenKitStoreOptions {
@@ -39,6 +41,26 @@ const optStr = (value: string | null | undefined): string | undefined => value ?
 
 /** Thrown inside a transaction to roll it back without an error reaching the caller. */
 class Rollback extends Error {}
+
+type SpendRow = KitDatabase["kit_spends"];
+
+function toSpend(row: SpendRow): SpendRecord {
+  return {
+    id: row.id,
+    grantId: row.grant_id,
+    reference: row.reference,
+    permission: row.permission,
+    currency: row.currency,
+    amount: num(row.amount),
+    periodKey: optStr(row.period_key),
+    periodTotal: optNum(row.period_total),
+    periodLimit: optNum(row.period_limit),
+    accountId: row.account_id,
+    agentDid: row.agent_did,
+    attestor: optStr(row.attestor),
+    spentAt: num(row.spent_at),
+  };
+}
 
 type AccountRow = Record<string, unknown>;
 
@@ -468,6 +490,102 @@ export class KyselyKitStore implements KitStore {
       .returning("count")
       .executeTakeFirstOrThrow();
     return num(row.count);
+  }
+
+  async findSpend(grantId: string, reference: string): Promise<SpendRecord | undefined> {
+    const row = await this.db
+      .selectFrom("kit_spends")
+      .selectAll()
+      .where("grant_id", "=", grantId)
+      .where("reference", "=", reference)
+      .executeTakeFirst();
+    return row === undefined ? undefined : toSpend(row);
+  }
+
+  async spentInPeriod(grantId: string, permission: string, periodKey: string): Promise<number> {
+    const row = await this.db
+      .selectFrom("kit_spend_totals")
+      .select("total")
+      .where("grant_id", "=", grantId)
+      .where("permission", "=", permission)
+      .where("period_key", "=", periodKey)
+      .executeTakeFirst();
+    return row === undefined ? 0 : num(row.total);
+  }
+
+  async recordSpend(spend: Omit<SpendRecord, "id" | "periodTotal">): Promise<SpendOutcome> {
+    const { periodKey, periodLimit } = spend;
+    const limited = periodKey !== undefined && periodLimit !== undefined;
+    try {
+      return await this.db.transaction().execute(async (trx) => {
+        let periodTotal: number | null = null;
+        if (limited) {
+          if (spend.amount > periodLimit) throw new Rollback();
+          // One statement raises the total only while it stays within the limit. On PostgreSQL a
+          // concurrent spend waits for this row's lock and then re-checks the condition against
+          // the committed total, so replicas sharing the database never spend past the limit.
+          const raised = await trx
+            .insertInto("kit_spend_totals")
+            .values({
+              grant_id: spend.grantId,
+              permission: spend.permission,
+              period_key: periodKey,
+              total: spend.amount,
+            })
+            .onConflict((oc) =>
+              oc
+                .columns(["grant_id", "permission", "period_key"])
+                .doUpdateSet({ total: sql<number>`kit_spend_totals.total + excluded.total` })
+                .where(sql<number>`kit_spend_totals.total + excluded.total`, "<=", periodLimit),
+            )
+            .returning("total")
+            .executeTakeFirst();
+          if (raised === undefined) throw new Rollback();
+          periodTotal = num(raised.total);
+        }
+        const row: SpendRow = {
+          id: randomId("spd"),
+          grant_id: spend.grantId,
+          reference: spend.reference,
+          permission: spend.permission,
+          currency: spend.currency,
+          amount: spend.amount,
+          period_key: periodKey ?? null,
+          period_total: periodTotal,
+          period_limit: limited ? periodLimit : null,
+          account_id: spend.accountId,
+          agent_did: spend.agentDid,
+          attestor: spend.attestor ?? null,
+          spent_at: spend.spentAt,
+        };
+        // A second spend with the reference fails on the unique index and rolls the total back.
+        await trx.insertInto("kit_spends").values(row).execute();
+        return { outcome: "recorded", spend: toSpend(row) } as const;
+      });
+    } catch (error) {
+      if (!(error instanceof Rollback) && !isUniqueViolation(error)) throw error;
+      // A spend with this reference committed meanwhile is the answer, over the limit or not.
+      const existing = await this.findSpend(spend.grantId, spend.reference);
+      if (existing !== undefined) return { outcome: "duplicate", spend: existing };
+      if (!(error instanceof Rollback) || !limited) throw error;
+      return { outcome: "over_limit", total: await this.spentInPeriod(spend.grantId, spend.permission, periodKey) };
+    }
+  }
+
+  async listSpends(accountIds: string[], limit: number): Promise<SpendRecord[]> {
+    const spends: SpendRecord[] = [];
+    for (const accountId of new Set(accountIds)) {
+      const rows = await this.db
+        .selectFrom("kit_spends")
+        .selectAll()
+        .where("account_id", "=", accountId)
+        .orderBy("spent_at", "desc")
+        .orderBy("id", "desc")
+        .limit(limit)
+        .execute();
+      spends.push(...rows.map(toSpend));
+    }
+    return spends;
   }
 
   async purgeExpired(now: number, counterHorizon: number): Promise<void> {

@@ -104,6 +104,50 @@ function invitationRedirectAndEmailSignIn(engine: Engine): Migration {
   };
 }
 
+/**
+ * Spends under people's grants (docs/authority.md): one row per spend, unique per grant and
+ * reference (the same reference again is the same spend), and one running total per grant,
+ * permission and calendar period, which a spend raises only while it stays within the limit.
+ */
+function spends(engine: Engine): Migration {
+  const bigint = engine === "sqlite" ? "integer" : "bigint";
+  const statements = [
+    `create table kit_spends (
+      id text primary key,
+      grant_id text not null,
+      reference text not null,
+      permission text not null,
+      currency text not null,
+      amount ${bigint} not null,
+      period_key text,
+      period_total ${bigint},
+      period_limit ${bigint},
+      account_id text not null,
+      agent_did text not null,
+      attestor text,
+      spent_at ${bigint} not null
+    )`,
+    "create unique index kit_spends_reference on kit_spends (grant_id, reference)",
+    "create index kit_spends_account on kit_spends (account_id, spent_at)",
+    `create table kit_spend_totals (
+      grant_id text not null,
+      permission text not null,
+      period_key text not null,
+      total ${bigint} not null,
+      primary key (grant_id, permission, period_key)
+    )`,
+  ];
+  return {
+    async up(db: Kysely<unknown>) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
+}
+
 export function kitMigrations(engine: Engine): Record<string, Migration> {
-  return { "0001_initial": initial(engine), "0002_invitation_redirect": invitationRedirectAndEmailSignIn(engine) };
+  return {
+    "0001_initial": initial(engine),
+    "0002_invitation_redirect": invitationRedirectAndEmailSignIn(engine),
+    "0003_spends": spends(engine),
+  };
 }

@@ -82,6 +82,35 @@ export interface KitRateCountersTable {
   count: number;
 }
 
+/** One spend under a grant (docs/authority.md); amounts in minor units of `currency`. */
+export interface KitSpendsTable {
+  id: string;
+  grant_id: string;
+  /** The service's reference of the spend: the same one again is the same spend. */
+  reference: string;
+  permission: string;
+  currency: string;
+  amount: number;
+  /** The calendar period it was counted in (`2026-12`), when the grant limits one. */
+  period_key: string | null;
+  /** The period's total with this spend, and its limit then. */
+  period_total: number | null;
+  period_limit: number | null;
+  account_id: string;
+  agent_did: string;
+  /** The canonical issuer of the attestor whose token carried the grant. */
+  attestor: string | null;
+  spent_at: number;
+}
+
+/** What a grant spent on a permission within one calendar period. */
+export interface KitSpendTotalsTable {
+  grant_id: string;
+  permission: string;
+  period_key: string;
+  total: number;
+}
+
 export interface KitDatabase {
   kit_people: KitPeopleTable;
   kit_accounts: KitAccountsTable;
@@ -90,4 +119,6 @@ export interface KitDatabase {
   kit_sessions: KitSessionsTable;
   kit_signin_requests: KitSignInRequestsTable;
   kit_rate_counters: KitRateCountersTable;
+  kit_spends: KitSpendsTable;
+  kit_spend_totals: KitSpendTotalsTable;
 }

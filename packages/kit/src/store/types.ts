@@ -80,6 +80,39 @@ export interface SignInRequestRecord {
   expiresAt: number;
 }
 
+/** One spend under a grant, as stored (docs/authority.md). Amounts in minor units of `currency`. */
+export interface SpendRecord {
+  id: string;
+  grantId: string;
+  reference: string;
+  permission: string;
+  currency: string;
+  amount: number;
+  /** The calendar period it was counted in, when the grant limits one. */
+  periodKey: string | undefined;
+  /** The period's total with this spend. */
+  periodTotal: number | undefined;
+  /** The period's limit when it was spent. */
+  periodLimit: number | undefined;
+  accountId: string;
+  agentDid: string;
+  /** The canonical issuer of the attestor whose token carried the grant. */
+  attestor: string | undefined;
+  spentAt: number;
+}
+
+export type NewSpend = Omit<SpendRecord, "id" | "periodTotal">;
+
+/**
+ * What recording a spend did: `recorded` (with the period's new total), `over_limit` (nothing
+ * written; the period's total now), or `duplicate` (the grant already has a spend with this
+ * reference, answered as stored; nothing written).
+ */
+export type SpendOutcome =
+  | { outcome: "recorded"; spend: SpendRecord }
+  | { outcome: "over_limit"; total: number }
+  | { outcome: "duplicate"; spend: SpendRecord };
+
 export type RotateOutcome = "rotated" | "did_in_use" | "stale";
 
 /**
@@ -160,6 +193,19 @@ export interface KitStore {
 
   /** Adds one to a fixed-window counter and answers the new count. */
   incrementCounter(bucket: string, windowStart: number): Promise<number>;
+
+  /** The grant's spend with `reference`, if any. */
+  findSpend(grantId: string, reference: string): Promise<SpendRecord | undefined>;
+  /** What the grant spent on `permission` in the period `periodKey` (0 when nothing). */
+  spentInPeriod(grantId: string, permission: string, periodKey: string): Promise<number>;
+  /**
+   * Records a spend in one transaction: with a `periodKey` and `periodLimit`, only when the
+   * period's total stays within the limit (exact under concurrent spends, across replicas on
+   * PostgreSQL); never twice for one grant and reference.
+   */
+  recordSpend(spend: NewSpend): Promise<SpendOutcome>;
+  /** The newest spends of these accounts, at most `limit` per account, newest first. */
+  listSpends(accountIds: string[], limit: number): Promise<SpendRecord[]>;
 
   /** Deletes expired sessions, sign-in requests and rate counters older than `counterHorizon`. */
   purgeExpired(now: number, counterHorizon: number): Promise<void>;
