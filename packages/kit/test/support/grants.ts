@@ -56,15 +56,14 @@ export class GrantAttestor {
    * with `scope`, and the grant's claims when given (the token's `scope` is then the grant's).
    */
   async accessToken(agent: Agent, resource: string, options: { scope?: string; grant?: AuthorityGrant }) {
+    const grant = options.grant === undefined ? {} : grantClaims(options.grant);
+    return this.signAccessToken(agent, resource, { scope: options.scope ?? "", ...grant });
+  }
+
+  /** An access token of `agent` for `resource` with these claims besides the standard ones, as they are. */
+  async signAccessToken(agent: Agent, resource: string, claims: Record<string, unknown>): Promise<string> {
     const now = this.clock.nowSeconds();
-    const claims = options.grant === undefined ? {} : grantClaims(options.grant);
-    return new SignJWT({
-      client_id: agent.did,
-      scope: options.scope ?? "",
-      jti: randomUUID(),
-      act: { sub: agent.did },
-      ...claims,
-    })
+    return new SignJWT({ client_id: agent.did, jti: randomUUID(), act: { sub: agent.did }, ...claims })
       .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: KID })
       .setIssuer(ATTESTOR_URL)
       .setSubject(this.subject(`did:web:${new URL(resource).host}`))
