@@ -36,6 +36,7 @@ describe("bounded authority for MCP tools (bearer access tokens)", { timeout: 60
       const caller = request.bearer;
       const { tool, amount } = request.body as { tool: string; amount?: number };
       try {
+        if (tool === "my_permissions") return { kind: caller?.kind, held: kit.heldPermissions(caller) };
         if (caller?.kind !== "agent") throw new Error("these tools are for agents");
         if (tool === "delete_note") {
           kit.requirePermissions(caller, ["notes:delete"]);
@@ -120,6 +121,14 @@ describe("bounded authority for MCP tools (bearer access tokens)", { timeout: 60
     const pin = await call(token, { tool: "pin", amount: 1 });
     assert.equal(pin.status, 403, pin.text);
     assert.equal(pin.json.error.code, "insufficient_permission");
+  });
+
+  test("a person's MCP client holds the scopes the person consented to", async () => {
+    // No `act`: the token is the person's own (the code flow), its scope what they ticked.
+    const token = await grants.signAccessToken(newAgent(), RESOURCE, { scope: "notes:delete", act: undefined });
+    const held = await call(token, { tool: "my_permissions" });
+    assert.equal(held.status, 200, held.text);
+    assert.deepEqual(held.json, { kind: "person", held: ["notes:delete"] });
   });
 
   test("malformed grant claims make the token invalid: 401 invalid_token", async () => {
