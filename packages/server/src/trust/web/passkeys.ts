@@ -8,7 +8,7 @@ import { html, type SafeHtml } from "../../platform/html.js";
 import { addressRateLimitKey, type RateLimiter, type RateLimitRule } from "../../platform/rate-limit.js";
 import { randomToken } from "../../platform/tokens.js";
 import { MAX_PASSKEY_NAME, PASSKEY_CHALLENGE_TTL_SECONDS, PasskeyRefused, type Passkeys } from "../passkeys.js";
-import { type SessionManager, safeNext } from "./session.js";
+import { type HumanSession, type SessionManager, safeNext } from "./session.js";
 
 export interface PasskeyRouteDeps {
   passkeys: Passkeys;
@@ -53,6 +53,41 @@ const removeForm = {
   required: ["id"],
   properties: { _csrf: { type: "string", maxLength: 256 }, id: { type: "string", minLength: 1, maxLength: 1024 } },
 } as const;
+
+/** The most a passkey confirmation (an assertion as JSON, in a form field) may be. */
+export const MAX_PASSKEY_CONFIRMATION = 16 * 1024;
+
+/** A confirmation ceremony belongs to the session that started it (never to a sign-in's cookie). */
+const confirmationOf = (session: HumanSession) => `confirm:${session.idHash}`;
+
+/**
+ * Whether the signed-in person just confirmed something with one of their passkeys: `assertion`
+ * is what the page's `data-passkey="confirm"` form posts. Undefined when it holds, else what to
+ * tell them. Used for changes a session alone may not make (widening an agent's grant).
+ */
+export async function passkeyConfirmationProblem(
+  passkeys: Passkeys,
+  session: HumanSession,
+  assertion: string,
+): Promise<string | undefined> {
+  let response: unknown;
+  try {
+    response = JSON.parse(assertion);
+  } catch {
+    return "The browser's answer is not well formed. Try again.";
+  }
+  if (typeof response !== "object" || response === null || Array.isArray(response)) {
+    return "The browser's answer is not well formed. Try again.";
+  }
+  let humanId: string;
+  try {
+    humanId = await passkeys.authenticate(confirmationOf(session), response as AuthenticationResponseJSON);
+  } catch (error) {
+    if (error instanceof PasskeyRefused) return error.message;
+    throw error;
+  }
+  return humanId === session.humanId ? undefined : "That passkey belongs to another account. Use one of yours.";
+}
 
 function refused(reply: FastifyReply, status: number, error: string, message: string): FastifyReply {
   return reply.code(status).header("cache-control", "no-store").send({ error, message });
@@ -109,6 +144,20 @@ export async function passkeyRoutes(app: FastifyInstance, deps: PasskeyRouteDeps
         return answerRefusal(reply, error);
       }
       return reply.header("cache-control", "no-store").send({ redirect: "/account?passkey=added" });
+    },
+  );
+
+  // The options of a confirmation ceremony (passkeyConfirmationProblem checks its answer).
+  app.post(
+    "/account/passkeys/confirm/options",
+    { schema: { body: csrfOnly }, preHandler: app.csrfProtection },
+    async (request, reply) => {
+      const session = await sessions.current(request);
+      if (session === undefined) return refused(reply, 401, "signed_out", "Sign in again to confirm.");
+      const stop = await limited(request, reply);
+      if (stop !== undefined) return stop;
+      const options = await passkeys.authenticationOptions(confirmationOf(session));
+      return reply.header("cache-control", "no-store").send(options);
     },
   );
 
@@ -258,7 +307,7 @@ export const PASSKEY_SCRIPT = `
       status.textContent = "Follow your browser's prompt.";
       try {
         const answer = await run(form);
-        window.location.assign(answer.redirect);
+        if (answer && answer.redirect) window.location.assign(answer.redirect);
       } catch (error) {
         status.textContent = say(error);
         button.disabled = false;
@@ -270,6 +319,13 @@ export const PASSKEY_SCRIPT = `
     const optionsJSON = await post("/account/passkeys/options", { _csrf });
     const response = await lib.startRegistration({ optionsJSON });
     return post("/account/passkeys", { _csrf, name: form.elements.name.value, response });
+  });
+  // A change that needs a passkey: the form is posted as it is, with the ceremony's answer.
+  wire(document.getElementById("passkey-confirm"), async (form) => {
+    const optionsJSON = await post("/account/passkeys/confirm/options", { _csrf: form.elements._csrf.value });
+    const response = await lib.startAuthentication({ optionsJSON });
+    form.elements.passkey.value = JSON.stringify(response);
+    form.submit();
   });
   // The browser's autofill offers this site's passkeys in the e-mail field (conditional
   // mediation); pressing the button instead cancels this ceremony and starts its own.
