@@ -4,6 +4,7 @@ import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
 import { html, type SafeHtml } from "../../platform/html.js";
 import { SINGLE_LINE } from "../../platform/input-rules.js";
+import type { ServiceDeclarations } from "../authority/service-declarations.js";
 import type { BindingRow, BindingServiceRow, OidcConsentRow } from "../migrations.js";
 import * as consents from "../oidc/consents.js";
 import type { Passkeys } from "../passkeys.js";
@@ -11,6 +12,8 @@ import type { TrustService } from "../service.js";
 import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
 import { accessRevokedNotice, accessSection, registerAccessRoutes } from "./access-grants.js";
 import { date } from "./dates.js";
+import { registerGrantPages } from "./grant-pages.js";
+import { type GrantsOnAccount, grantsOnAccount } from "./grants-view.js";
 import { sendMessage, sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
 import { PASSKEY_SCRIPTS, passkeySection } from "./passkeys.js";
@@ -26,6 +29,8 @@ export interface AccountDeps {
   actions: () => { label: string; path: string }[];
   passkeys: Passkeys;
   clock: Clock;
+  /** Services' declared permissions: the words grants are shown in. */
+  declarations: ServiceDeclarations;
 }
 
 type ServiceAction = "suspend" | "restore";
@@ -78,7 +83,7 @@ const METHOD_NAMES: Record<string, string> = {
 };
 
 /** One service of a binding: its name, its DID, its last use, and the button that flips it. */
-function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string): SafeHtml {
+function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string, grants: GrantsOnAccount): SafeHtml {
   const name = serviceName(row.aud);
   const suspended = row.suspended_at !== null;
   const action: ServiceAction = suspended ? "restore" : "suspend";
@@ -86,6 +91,7 @@ function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string): SafeH
     <div><strong title="${row.aud}">${name}</strong>${suspended ? html` <span class="badge">Suspended</span>` : ""}</div>
     <div><code>${row.aud}</code></div>
     <div class="muted">${suspended ? html`Suspended ${date(row.suspended_at)}` : html`Last token ${date(row.last_mint_at)}`}</div>
+    ${grants.ofService(b.id, row.aud)}
     <form method="post" action="/account/bindings/${b.id}/services/${action}">
       <input type="hidden" name="_csrf" value="${csrf}">
       <input type="hidden" name="aud" value="${row.aud}">
@@ -94,14 +100,20 @@ function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string): SafeH
   </li>`;
 }
 
-function servicesOf(b: BindingRow, entry: { rows: BindingServiceRow[]; total: number } | undefined, csrf: string) {
-  if (entry === undefined || entry.rows.length === 0) {
+function servicesOf(
+  b: BindingRow,
+  entry: { rows: BindingServiceRow[]; total: number } | undefined,
+  csrf: string,
+  grants: GrantsOnAccount,
+) {
+  const unlisted = grants.unlisted(b.id, entry?.rows.map((row) => row.aud) ?? []);
+  if ((entry === undefined || entry.rows.length === 0) && unlisted.length === 0) {
     return html`<p class="muted">No service yet: this agent has not asked for an attestation.</p>`;
   }
   return html`<p class="muted">Suspending a service stops new attestations for it at once; one already issued stays valid until it expires (at most 15 minutes).</p>
-  <ul class="services" aria-label="Services of ${agentName(b)}">${entry.rows.map((row) => serviceItem(b, row, csrf))}</ul>
+  <ul class="services" aria-label="Services of ${agentName(b)}">${entry?.rows.map((row) => serviceItem(b, row, csrf, grants))}${unlisted}</ul>
   ${
-    entry.total > entry.rows.length
+    entry !== undefined && entry.total > entry.rows.length
       ? html`<p class="muted">Showing ${entry.rows.length} of ${entry.total} services: suspended ones first, then the most recently used.</p>`
       : ""
   }`;
@@ -228,6 +240,7 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
   const publicOrigin = new URL(deps.publicUrl).origin;
   const wbaUrl = wbaDirectoryUrl(deps.publicUrl);
   const wbaHost = new URL(deps.publicUrl).host;
+  const grantDeps = { db: service.database.db, declarations: deps.declarations };
 
   /**
    * The guard of every account form: refused when it came from another site, sent to sign-in
@@ -247,6 +260,13 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
     const csrf = reply.generateCsrf();
     const live = bindings.filter((b) => b.revoked_at === null);
     const wba: WbaView = { url: wbaUrl, host: wbaHost, now };
+    const grants = await grantsOnAccount(
+      grantDeps,
+      live.map((b) => b.id),
+      services,
+      request.ip,
+      now,
+    );
     return sendPage(reply, {
       title: "Your account",
       signedIn: { csrf },
@@ -279,7 +299,7 @@ ${
     <dt>Lapses</dt><dd>${date(b.expires_at)}</dd>
   </dl>
   <h3>Services</h3>
-  ${servicesOf(b, services.get(b.id), csrf)}
+  ${servicesOf(b, services.get(b.id), csrf, grants)}
   ${wbaPart(b, wba, csrf)}
   <form method="get" action="/account/bindings/${b.id}/revoke" class="card-end">
     <button class="danger" type="submit">Revoke<span class="visually-hidden"> ${b.agent_label ?? b.agent_did}</span></button>
@@ -346,6 +366,7 @@ ${await accessSection(service.database.db, session.humanId, csrf, now)}
   );
 
   registerAccessRoutes(app, { db: service.database.db, clock: deps.clock, accountForm });
+  registerGrantPages(app, { ...grantDeps, clock: deps.clock, passkeys: deps.passkeys, sessions, accountForm });
 
   app.post<{ Body: { client_id: string } }>(
     "/account/connections/disconnect",

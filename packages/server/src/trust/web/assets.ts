@@ -40,6 +40,33 @@ ul.services li { border-top: 1px solid var(--border); padding: .75rem 0; display
 ul.services li:last-child { border-bottom: 1px solid var(--border); }
 .badge { display: inline-block; font-size: .85em; font-weight: 600; padding: 0 .4rem; border: 1px solid var(--danger); border-radius: .3rem; color: var(--danger); }
 .badge.published { border-color: var(--ok); color: var(--ok); }
+/* Grants: under each service on /account, and their own page (form, limits, history). */
+.badge.live { border-color: var(--ok); color: var(--ok); }
+.badge.used-up { border-color: var(--warn); color: var(--warn); }
+.grant { justify-self: stretch; border-left: 3px solid var(--border); padding-left: .75rem; margin-top: .35rem; }
+.grant p, .grant ul { margin: 0 0 .35rem; }
+ul.granted, ul.changes, ol.history ul { padding-left: 1.25rem; }
+/* Not the services list's rows: a plain list inside one of them. */
+.grant ul.granted li { display: list-item; border: 0; padding: 0; margin: 0 0 .2rem; }
+ul.granted code { font-size: .85em; color: var(--muted); }
+fieldset { border: 0; padding: 0; margin: 0 0 1rem; min-width: 0; }
+legend { font-weight: 600; padding: 0; margin-bottom: .5rem; }
+fieldset.limits { margin: .6rem 0 0 2rem; padding: .6rem .75rem .25rem; border: 1px solid var(--border); border-radius: .4rem; }
+fieldset.limits legend { font-size: .95em; padding: 0 .25rem; margin-bottom: .25rem; }
+fieldset.limits p { margin: .25rem 0 .5rem; font-size: .95em; }
+.limit-row { display: grid; grid-template-columns: max-content 1fr; gap: .25rem .75rem; align-items: center; margin-bottom: .5rem; }
+.limit-row label { margin: 0; font-weight: 400; }
+.amount { display: flex; flex-wrap: wrap; gap: .5rem; align-items: center; }
+.amount input, select, input[type=date] { font: inherit; padding: .45rem .6rem; border: 1px solid var(--border); border-radius: .4rem; background: var(--bg); color: var(--fg); }
+.amount input { width: 8.5rem; }
+[aria-invalid=true] { border: 2px solid var(--danger); }
+.grant-form .actions { align-items: center; }
+ul.choices .choice-note { grid-column: 2; font-size: .85em; color: var(--muted); }
+ol.history { padding-left: 1.5rem; }
+ol.history > li { margin-bottom: .9rem; }
+ol.history p { margin: 0; }
+p.back { margin: 0 0 .5rem; }
+@media (max-width: 30rem) { .limit-row { grid-template-columns: 1fr; } fieldset.limits { margin-left: 0; } }
 /* What acts on the whole card (revoking the link) stands apart from its sections' own buttons. */
 .card-end { border-top: 1px solid var(--border); margin-top: 1rem; padding-top: 1rem; }
 /* Why someone is asked to sign in (the agent or service that sent them). */

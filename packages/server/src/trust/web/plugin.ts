@@ -108,6 +108,7 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     actions: options.accountActions,
     passkeys,
     clock: options.clock,
+    declarations: options.declarations,
   });
 
   if (options.mailer instanceof OutboxMailer) outboxPage(app, options.mailer);
