@@ -10,6 +10,8 @@ import type { RateLimitRule } from "../platform/rate-limit.js";
 import { createPlatformParts, rateLimitPrefix } from "../platform/shared.js";
 import { registerClockHook } from "../platform/test-hooks.js";
 import { agentAuthorityRoutes } from "./authority/agent-routes.js";
+import { tellPerson } from "./authority/approval-mail.js";
+import { purgeApprovals } from "./authority/approvals.js";
 import {
   DISCOVERY_FETCH_TIMEOUT_MS,
   MAX_DISCOVERY_DOCUMENT_BYTES,
@@ -153,7 +155,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
   });
   const mailer: Mailer =
     config.smtpUrl === undefined
-      ? new OutboxMailer(() => app.log.info("a sign-in mail is waiting in the development outbox: open /dev/outbox"))
+      ? new OutboxMailer(() => app.log.info("a mail is waiting in the development outbox: open /dev/outbox"))
       : smtpMailer(config.smtpUrl, config.mailFrom);
   const payment = paymentWiring(config.payment, {
     db: database.db,
@@ -218,7 +220,24 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
     ],
   });
   if (payment !== undefined) await payment.webhook(app);
-  await app.register(agentAuthorityRoutes, { service, settings: config.settings });
+  await app.register(agentAuthorityRoutes, {
+    service,
+    settings: config.settings,
+    publicUrl: config.publicUrl,
+    approvals: {
+      db: database.db,
+      clock: parts.clock,
+      limiter: parts.limiter,
+      rules: { perAgent: config.settings.rateLimits.approval, perPerson: config.settings.rateLimits.approvalPerPerson },
+      declarations,
+      production: config.platform.production,
+      unreadableRetryAfterSeconds: config.settings.clientMetadata.failureCacheSeconds,
+      notify: (approval, binding) =>
+        tellPerson({ db: database.db, mailer, publicUrl: config.publicUrl }, approval, binding.agent_label).catch(
+          (error: unknown) => app.log.error({ err: error }, "approval mail could not be sent"),
+        ),
+    },
+  });
   const clients = new ClientRegistry({
     db: database.db,
     clock: parts.clock,
@@ -265,6 +284,7 @@ export async function buildTrustApp(config: TrustConfig, options: TrustAppOption
       .catch((error: unknown) => app.log.error({ err: error }, "key rotation failed"));
     service.purgeExpired().catch((error: unknown) => app.log.error({ err: error }, "purge failed"));
     const now = parts.clock.now();
+    purgeApprovals(database.db, now).catch((error: unknown) => app.log.error({ err: error }, "approval purge failed"));
     Promise.all([purgeEndedGrants(database.db, now), purgeSpentCodes(database.db, now), clients.purgeIdle()]).catch(
       (error: unknown) => app.log.error({ err: error }, "OAuth purge failed"),
     );
