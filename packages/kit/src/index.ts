@@ -1,5 +1,7 @@
 export type { AttestorConfig, KitAttestation, ResolvedAttestor } from "./attestors.js";
 export { AttestorRegistry } from "./attestors.js";
+export type { SpendRequest, SpendResult } from "./authority.js";
+export { MAX_SPEND_REFERENCE_LENGTH } from "./authority.js";
 export { KitConfigError } from "./config-error.js";
 export type { BuildDiscoveryOptions, DiscoveryInput } from "./discovery.js";
 export {
@@ -72,6 +74,7 @@ export type { SignedAgentIdentity, SignedAgentPolicy } from "./signed-agents.js"
 export { SignedAgentChallenge } from "./signed-agents.js";
 export type { SignInResult } from "./signin.js";
 export { SIGNIN_REQUEST_TTL_SECONDS } from "./signin.js";
+export type { GrantSpendsView, SpendView } from "./spend-view.js";
 export type { OpenKitStoreOptions } from "./store/kysely-store.js";
 export { KyselyKitStore, openKitStore } from "./store/kysely-store.js";
 export { KIT_MIGRATION_TABLE } from "./store/migrations.js";
@@ -83,8 +86,11 @@ export type {
   InvitationStatus,
   KitStore,
   NewAccount,
+  NewSpend,
   PersonRecord,
   RotateOutcome,
   SessionRecord,
   SignInRequestRecord,
+  SpendOutcome,
+  SpendRecord,
 } from "./store/types.js";

@@ -14,6 +14,7 @@ import type {
   InvitationStatus,
   KitStore,
   NewAccount,
+  NewSpend,
   PersonRecord,
   RotateOutcome,
   SessionRecord,
@@ -513,7 +514,7 @@ export class KyselyKitStore implements KitStore {
     return row === undefined ? 0 : num(row.total);
   }
 
-  async recordSpend(spend: Omit<SpendRecord, "id" | "periodTotal">): Promise<SpendOutcome> {
+  async recordSpend(spend: NewSpend): Promise<SpendOutcome> {
     const { periodKey, periodLimit } = spend;
     const limited = periodKey !== undefined && periodLimit !== undefined;
     try {
