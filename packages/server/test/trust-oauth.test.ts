@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { createTestCA, type HttpsHost, startHttpsHost, type TestCA } from "@proto/testkit";
+import { createTestCA, DISCOVERY_PATH, type HttpsHost, startHttpsHost, type TestCA } from "@proto/testkit";
 import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from "jose";
-import * as client from "openid-client";
 import { findCode, purgeSpentCodes } from "../src/trust/oidc/codes.js";
 import { purgeEndedGrants } from "../src/trust/oidc/grants.js";
 import { Browserless, field, type PageAnswer } from "./support/browser-session.js";
+import { assertOAuthError, JWT_BEARER, pkce } from "./support/oauth.js";
 import { answerConsent, signInByEmail } from "./support/people.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 import {
@@ -27,27 +27,18 @@ import {
 
 reportSkippedVariants();
 
-const JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer";
-const RESOURCE = "https://notes.test:8443/mcp";
+/** The resource's host, served with the client host: its discovery document declares `notes`. */
+const RESOURCE_HOSTNAME = "notes.test";
+/** `notes.test:{port}`, once the host listens. */
+let resourceHost: string;
+let RESOURCE: string;
 /** What the attestor derives the person's pseudonym for RESOURCE from: the did:web of its host. */
-const RESOURCE_DID = "did:web:notes.test%3A8443";
+let RESOURCE_DID: string;
+/** RESOURCE's host as a pattern, for the pages that name it. */
+const hostPattern = () => resourceHost.replaceAll(".", "\\.");
 const OTHER_RESOURCE = "https://other.test/mcp";
 const CALLBACK = "http://127.0.0.1:9/callback";
 const CIMD_HOST = "client.test";
-
-/** An OAuth error: the status, `{error, error_description}` only, JSON, never cached. */
-function assertOAuthError(answer: PageAnswer, status: number, error: string): void {
-  assert.equal(answer.status, status, answer.text);
-  assert.match(answer.headers.get("content-type") ?? "", /^application\/json/);
-  assert.deepEqual(Object.keys(answer.json).sort(), ["error", "error_description"], answer.text);
-  assert.equal(answer.json.error, error, answer.text);
-  assert.equal(answer.headers.get("cache-control"), "no-store");
-}
-
-async function pkce() {
-  const verifier = client.randomPKCECodeVerifier();
-  return { verifier, challenge: await client.calculatePKCECodeChallenge(verifier) };
-}
 
 /** A `Retry-After` of whole seconds within `[1, max]`. */
 function assertRetryAfterWithin(answer: PageAnswer, max: number): void {
@@ -70,7 +61,19 @@ describe("OAuth for MCP at the attestor", () => {
   const documents = new Map<string, unknown>();
   before(async () => {
     ca = await createTestCA();
-    cimd = await startHttpsHost({ ca, hostnames: [CIMD_HOST] });
+    cimd = await startHttpsHost({ ca, hostnames: [CIMD_HOST, RESOURCE_HOSTNAME] });
+    resourceHost = `${RESOURCE_HOSTNAME}:${cimd.port}`;
+    RESOURCE = `https://${resourceHost}/mcp`;
+    RESOURCE_DID = `did:web:${RESOURCE_HOSTNAME}%3A${cimd.port}`;
+    // Issue 38: a token's scopes are the resource's declared permissions (here `notes`, a default).
+    cimd.route(DISCOVERY_PATH, {
+      headers: { "cache-control": "max-age=600" },
+      body: {
+        proto_version: "0.1",
+        service_did: RESOURCE_DID,
+        permissions: { notes: { description: "Read and write your notes", default: true } },
+      },
+    });
     for (const path of ["/good.json", "/mismatch.json", "/cached.json", "/large.json"]) {
       cimd.route(path, (_req, res) => {
         res.writeHead(200, { "content-type": "application/json", "cache-control": "max-age=600" });
@@ -104,7 +107,7 @@ describe("OAuth for MCP at the attestor", () => {
             TRUST_PUBLIC_URL: trustUrl,
             TRUST_RATE_LIMITS: RELAXED_RATE_LIMITS,
             PROTO_FETCH_ALLOW_PRIVATE: "1",
-            PROTO_FETCH_RESOLVE: `${CIMD_HOST}:${cimd.port}:127.0.0.1`,
+            PROTO_FETCH_RESOLVE: cimd.resolveEntries(),
             // Tests speak from other client addresses through X-Forwarded-For.
             TRUSTED_PROXIES: "127.0.0.1",
           },
@@ -339,7 +342,7 @@ describe("OAuth for MCP at the attestor", () => {
           const p = await pkce();
           const { redirect, consent } = await authorize(p.challenge, {}, "deny");
           assert.ok(consent, "a first access asks");
-          assert.match(consent.text, /Let Desk Assistant use notes\.test:8443 as you\?/);
+          assert.match(consent.text, new RegExp(`Let Desk Assistant use ${hostPattern()} as you\\?`));
           assert.match(consent.text, /named itself/);
           assert.match(consent.text, /this computer/);
           assert.match(consent.text, /127\.0\.0\.1:9/);
@@ -563,7 +566,7 @@ describe("OAuth for MCP at the attestor", () => {
           const account = await person.get("/account");
           assert.equal(account.status, 200);
           assert.match(account.text, /Desk Assistant/);
-          assert.match(account.text, /notes\.test:8443/);
+          assert.match(account.text, new RegExp(hostPattern()));
           const forms = [
             ...account.text.matchAll(/<form method="post" action="\/account\/access\/revoke">([\s\S]*?)<\/form>/g),
           ];
@@ -578,7 +581,7 @@ describe("OAuth for MCP at the attestor", () => {
             const told = await person.get(revoked.location ?? "");
             assert.match(
               told.text,
-              /role="status"><strong>Desk Assistant no longer has access to notes\.test:8443\.<\/strong>/,
+              new RegExp(`role="status"><strong>Desk Assistant no longer has access to ${hostPattern()}\\.</strong>`),
             );
           }
           const after = await person.get("/account");
@@ -627,7 +630,7 @@ describe("OAuth for MCP at the attestor", () => {
             })}`,
           );
           assert.equal(answer.status, 200, answer.text);
-          assert.match(answer.text, /Let Notebook Client use notes\.test:8443 as you\?/);
+          assert.match(answer.text, new RegExp(`Let Notebook Client use ${hostPattern()} as you\\?`));
         });
 
         test("a document whose client_id is not its own URL is refused: an error page, no redirect", async () => {
@@ -788,7 +791,7 @@ describe("OAuth for MCP at the attestor", () => {
           });
           const p = await pkce();
           const consent = await authorizeAt(person, path, p.challenge);
-          assert.match(consent.text, /Let Fresh Client use notes\.test:8443 as you\?/);
+          assert.match(consent.text, new RegExp(`Let Fresh Client use ${hostPattern()} as you\\?`));
           const back = await answerConsent(person, consent, "allow");
           assert.equal(back.status, 302, back.text);
           const tokens = await tokenRequest({

@@ -16,8 +16,8 @@ export interface PageAnswer extends HttpResult {
 }
 
 export interface PageRequest {
-  /** Sent as `application/x-www-form-urlencoded`, as a form is. */
-  form?: Record<string, string>;
+  /** Sent as `application/x-www-form-urlencoded`, as a form is (pairs when a name repeats). */
+  form?: Record<string, string> | [string, string][];
   json?: unknown;
   headers?: Record<string, string>;
 }

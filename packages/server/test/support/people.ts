@@ -30,13 +30,43 @@ export async function signInByEmail(h: TrustHarness, b: Browserless, email: stri
   assert.equal(done.status, 303, done.text);
 }
 
-/** Presses Allow or Deny on the consent page `page`, posting its form as a browser does. */
-export async function answerConsent(b: Browserless, page: PageAnswer, decision: "allow" | "deny"): Promise<PageAnswer> {
+/** A box of the consent page's scopes: its scope, and how the page shows it. */
+export interface ConsentBox {
+  scope: string;
+  checked: boolean;
+  disabled: boolean;
+}
+
+/** The scope boxes of a consent page, in their order. */
+export function consentBoxes(page: PageAnswer): ConsentBox[] {
+  return [
+    ...page.text.matchAll(/<input type="checkbox" name="granted\.\d+" value="([^"]*)"( checked)?( disabled)?>/g),
+  ].map((m) => ({ scope: unescapeHtml(m[1] as string), checked: m[2] !== undefined, disabled: m[3] !== undefined }));
+}
+
+/**
+ * Presses Allow or Deny on the consent page `page`, posting its form as a browser does: with the
+ * scope boxes as the page ticked them, or with `granted` ticked instead (whatever a forged form
+ * might name, too).
+ */
+export async function answerConsent(
+  b: Browserless,
+  page: PageAnswer,
+  decision: "allow" | "deny",
+  options: { granted?: readonly string[] } = {},
+): Promise<PageAnswer> {
   assert.equal(page.status, 200, page.text);
-  assert.match(page.text, /<form method="post" action="\/oidc\/consent">/);
-  const form: Record<string, string> = { decision };
-  for (const m of page.text.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
-    form[m[1] as string] = unescapeHtml(m[2] as string);
+  const consent = /<form method="post" action="\/oidc\/consent">([\s\S]*?)<\/form>/.exec(page.text)?.[1];
+  assert.ok(consent !== undefined, "a consent form");
+  const form: [string, string][] = [["decision", decision]];
+  for (const m of consent.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
+    form.push([m[1] as string, unescapeHtml(m[2] as string)]);
   }
+  const granted =
+    options.granted ??
+    consentBoxes(page)
+      .filter((box) => box.checked && !box.disabled)
+      .map((box) => box.scope);
+  for (const [index, scope] of granted.entries()) form.push([`granted.${index}`, scope]);
   return b.send("POST", "/oidc/consent", { form });
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { type AuthorityGrant, grantClaims } from "@proto/protocol";
 import { SignJWT } from "jose";
 import type { KeyRing } from "../keys.js";
 
@@ -14,6 +15,11 @@ export interface AccessTokenClaims {
   scope: string;
   /** The agent acting for the person (JWT-bearer grant): RFC 8693 §4.1 `act`. */
   actor?: string;
+  /**
+   * The agent's grant for the resource's service, whose `grant_id` and `authorization_details`
+   * the token carries as an attestation does; its `scope` stays the one above (what was asked of it).
+   */
+  grant?: AuthorityGrant;
   acr?: string;
   amr?: string[];
   /** When the person authenticated, in seconds. */
@@ -45,6 +51,11 @@ export async function signAccessToken(
   if (claims.acr !== undefined) payload.acr = claims.acr;
   if (claims.amr !== undefined) payload.amr = claims.amr;
   if (claims.actor !== undefined) payload.act = { sub: claims.actor };
+  if (claims.grant !== undefined) {
+    const { grant_id, authorization_details } = grantClaims(claims.grant);
+    payload.grant_id = grant_id;
+    if (authorization_details !== undefined) payload.authorization_details = authorization_details;
+  }
   const token = await new SignJWT(payload)
     .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: key.kid })
     .sign(key.privateKey);

@@ -77,7 +77,7 @@ export class BoundedFetches<T> {
     if (raced !== undefined) return raced;
     if (!decision.allowed) {
       throw new FetchRefused(
-        "too many new client metadata documents were asked for from this address",
+        "too many new documents were asked to be fetched from this address",
         429,
         decision.retryAfterSeconds,
       );
@@ -91,7 +91,7 @@ export class BoundedFetches<T> {
 
   #busy(): FetchRefused {
     return new FetchRefused(
-      "too many client metadata documents are being fetched right now",
+      "too many documents are being fetched right now",
       503,
       this.#options.bounds.busyRetryAfterSeconds,
     );

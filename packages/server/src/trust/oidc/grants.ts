@@ -1,9 +1,15 @@
 import { randomUUID } from "node:crypto";
 import { hashToken, randomToken } from "../../platform/tokens.js";
 import type { Db } from "../store.js";
+import { withinScope } from "./scope.js";
 
 /** A grant lapses after this long without a refresh (each refresh moves it on). */
 export const GRANT_IDLE_SECONDS = 30 * 86400;
+/**
+ * The most live grants of one client and resource compared with a new request: each code redeemed
+ * makes one, so a client could pile them up; the most recently used ones are what matter.
+ */
+const GRANTS_COMPARED = 20;
 
 /** What a person allowed one client for one resource; its refresh tokens are one family. */
 export interface Grant {
@@ -208,25 +214,30 @@ export async function grantOf(
   return row === undefined ? undefined : { ...toGrant(row), revokedAt: row.revoked_at };
 }
 
-/** Whether the person has a live grant for this client and resource (then no consent is asked). */
+/**
+ * Whether the person has a live grant for this client and resource that covers every scope of
+ * `scope` (then no consent is asked): a request for more than was granted asks again.
+ */
 export async function hasActiveGrant(
   db: Db,
   humanId: string,
   clientId: string,
   resource: string,
+  scope: readonly string[],
   now: number,
 ): Promise<boolean> {
-  const row = await db
+  const rows = await db
     .selectFrom("trust_oauth_grants")
-    .select("id")
+    .select("scope")
     .where("human_id", "=", humanId)
     .where("client_id", "=", clientId)
     .where("resource", "=", resource)
     .where("revoked_at", "is", null)
     .where("expires_at", ">", now)
-    .limit(1)
-    .executeTakeFirst();
-  return row !== undefined;
+    .orderBy("last_used_at", "desc")
+    .limit(GRANTS_COMPARED)
+    .execute();
+  return rows.some((row) => withinScope(scope, row.scope === "" ? [] : row.scope.split(" ")));
 }
 
 /** Forgets grants that ended (revoked or lapsed) over a week ago, with their refresh tokens. */

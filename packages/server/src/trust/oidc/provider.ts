@@ -22,7 +22,8 @@ import { hasActiveGrant } from "./grants.js";
 import { OAUTH_PATHS, PHISHING_RESISTANT, providerMetadata } from "./metadata.js";
 import { OAuthError } from "./oauth-error.js";
 import { parseResource, resourceAudience } from "./resource.js";
-import { parseScope } from "./scope.js";
+import { consentedScope, readableDeclaration, scopeChoices } from "./resource-permissions.js";
+import { MAX_SCOPE_TOKENS, parseScope } from "./scope.js";
 import { TokenEndpoint, type TokenRequest } from "./token-endpoint.js";
 
 export const CODE_TTL_SECONDS = 120;
@@ -69,11 +70,15 @@ interface CheckedRequest {
   codeChallenge: string;
   nonce: string | undefined;
   scope: string;
+  /** The scope's tokens, as asked. */
+  scopes: string[];
   /** RFC 8707: the resource the access token is for; absent in the id_token-only flow. */
   resource: string | undefined;
 }
 
 const shortField = { type: "string", maxLength: 2048 } as const;
+/** A scope box of the consent form: `granted.0`, `granted.1`, ... (web/consent.ts). */
+const GRANTED_FIELD = /^granted\.[0-9]{1,2}$/;
 /** The consent form: the authorization request's fields, the CSRF token and the answer. */
 const consentForm = {
   type: "object",
@@ -90,6 +95,9 @@ const consentForm = {
     nonce: shortField,
     resource: shortField,
   },
+  // The scopes the person left ticked, one field per box (a form field may not repeat).
+  patternProperties: { [GRANTED_FIELD.source]: shortField },
+  maxProperties: 16 + MAX_SCOPE_TOKENS,
   required: ["decision"],
 } as const;
 
@@ -99,6 +107,21 @@ const registrationBody = { type: "object", maxProperties: 50 } as const;
 function tooMany(reply: FastifyReply, retryAfterSeconds: number): FastifyReply {
   reply.header("retry-after", String(retryAfterSeconds));
   return sendMessage(reply, 429, "Too many attempts", `Please wait ${retryAfterSeconds} seconds and try again.`);
+}
+
+/**
+ * The page of a fetch refused by its bounds (an address asking for too many, or every slot busy),
+ * naming what could not be looked up.
+ */
+function refusedPage(reply: FastifyReply, error: FetchRefused, what: string): FastifyReply {
+  if (error.status === 429) return tooMany(reply, error.retryAfterSeconds);
+  reply.header("retry-after", String(error.retryAfterSeconds));
+  return sendMessage(
+    reply,
+    503,
+    "Temporarily unavailable",
+    `${what} could not be looked up right now. Try again in ${error.retryAfterSeconds} seconds.`,
+  );
 }
 
 /** A single string parameter; a repeated one (an array) is not one. */
@@ -116,6 +139,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     publicUrl,
     production: deps.production,
     clients,
+    declarations: deps.declarations,
     jtis: deps.jtis,
     limiter: deps.limiter,
     settings: deps.settings,
@@ -218,16 +242,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     try {
       client = clientId === undefined || clientId.length > 2048 ? undefined : await clients.find(clientId, address);
     } catch (error) {
-      if (error instanceof FetchRefused) {
-        if (error.status === 429) return tooMany(reply, error.retryAfterSeconds);
-        reply.header("retry-after", String(error.retryAfterSeconds));
-        return sendMessage(
-          reply,
-          503,
-          "Temporarily unavailable",
-          `The application could not be looked up right now. Try again in ${error.retryAfterSeconds} seconds.`,
-        );
-      }
+      if (error instanceof FetchRefused) return refusedPage(reply, error, "The application");
       if (!(error instanceof ClientProblem)) throw error;
       return sendMessage(
         reply,
@@ -278,7 +293,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     if (q.nonce !== undefined && (nonce === undefined || nonce.length > 1024)) {
       return fail("invalid_request", "nonce is too long");
     }
-    return { client, redirectUri, state, codeChallenge, nonce, scope: scope.join(" "), resource };
+    return { client, redirectUri, state, codeChallenge, nonce, scope: scope.join(" "), scopes: scope, resource };
   }
 
   /** Issues a code for the signed-in person and sends the browser back to the client with it. */
@@ -327,10 +342,13 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     return Object.fromEntries(Object.entries(fields).filter((e): e is [string, string] => e[1] !== undefined));
   }
 
-  /** Whether the person already allowed this: the client (id_token flow), or the client for the resource. */
+  /**
+   * Whether the person already allowed this: the client (id_token flow), or the client for the
+   * resource with every scope now asked for (a wider request asks again: consent never widens).
+   */
   function allowedBefore(humanId: string, checked: CheckedRequest): Promise<boolean> {
     if (checked.resource === undefined) return consents.hasConsent(db, humanId, checked.client.client_id);
-    return hasActiveGrant(db, humanId, checked.client.client_id, checked.resource, clock.now());
+    return hasActiveGrant(db, humanId, checked.client.client_id, checked.resource, checked.scopes, clock.now());
   }
 
   app.get<{ Querystring: AuthorizeQuery }>(OAUTH_PATHS.authorization, async (request, reply) => {
@@ -377,6 +395,16 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       return issueCode(reply, checked, session);
     }
     if (prompts.includes("none")) return fail("consent_required", "the person has not allowed this client yet");
+    let scopes: ReturnType<typeof scopeChoices> | undefined;
+    if (checked.resource !== undefined) {
+      try {
+        const declaration = await readableDeclaration(deps.declarations, checked.resource, request.ip);
+        scopes = scopeChoices(checked.scopes, declaration);
+      } catch (error) {
+        if (error instanceof FetchRefused) return refusedPage(reply, error, "The service's permissions");
+        throw error;
+      }
+    }
     const audience =
       checked.resource === undefined
         ? (checked.client.service_did ?? checked.client.client_id)
@@ -391,6 +419,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         loopbackOnly: redirectsOnlyToLoopback(checked.client),
       },
       resource: checked.resource,
+      scopes,
       pseudonym: service.pseudonym(session.humanId, audience),
       redirectUri: checked.redirectUri,
       request: carried(checked),
@@ -399,7 +428,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
 
   // The consent page's answer. The request is checked again (the form is the person's browser
   // talking, and a registered redirect URI is the only place an answer may go).
-  app.post<{ Body: AuthorizeQuery & { decision?: string } }>(
+  app.post<{ Body: AuthorizeQuery & { decision?: string } & Record<string, unknown> }>(
     OAUTH_PATHS.consent,
     {
       schema: { body: consentForm, consumes: ["application/x-www-form-urlencoded"] },
@@ -425,16 +454,29 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         });
       }
       // An access request's consent is the grant made when its code is redeemed (listed and
-      // revocable on the account page); a sign-in's is remembered per client.
-      if (checked.resource === undefined) {
-        await consents.grantConsent(
-          db,
-          session.humanId,
-          checked.client.client_id,
-          checked.client.service_did ?? checked.client.client_id,
-          clock.now(),
-        );
+      // revocable on the account page), of the scopes the person left ticked; a sign-in's is
+      // remembered per client.
+      if (checked.resource !== undefined) {
+        let declaration: Awaited<ReturnType<typeof readableDeclaration>>;
+        try {
+          declaration = await readableDeclaration(deps.declarations, checked.resource, request.ip);
+        } catch (error) {
+          if (error instanceof FetchRefused) return refusedPage(reply, error, "The service's permissions");
+          throw error;
+        }
+        const ticked = Object.entries(request.body)
+          .filter(([name, value]) => GRANTED_FIELD.test(name) && typeof value === "string")
+          .map(([, value]) => value as string);
+        const scope = consentedScope(checked.scopes, ticked, declaration).join(" ");
+        return issueCode(reply, { ...checked, scope }, session);
       }
+      await consents.grantConsent(
+        db,
+        session.humanId,
+        checked.client.client_id,
+        checked.client.service_did ?? checked.client.client_id,
+        clock.now(),
+      );
       return issueCode(reply, checked, session);
     },
   );

@@ -1,7 +1,7 @@
 /** RFC 6749 §3.3 scope strings: space-separated tokens of printable ASCII but `"` and `\`. */
 
 const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]{1,128}$/;
-const MAX_SCOPE_TOKENS = 30;
+export const MAX_SCOPE_TOKENS = 30;
 
 /** The scope's tokens, de-duplicated in their order, or undefined when it is not a scope. */
 export function parseScope(value: unknown): string[] | undefined {
@@ -12,7 +12,7 @@ export function parseScope(value: unknown): string[] | undefined {
 }
 
 /** Whether every token of `asked` is in `granted`. */
-export function withinScope(asked: string[], granted: string[]): boolean {
+export function withinScope(asked: readonly string[], granted: readonly string[]): boolean {
   const allowed = new Set(granted);
   return asked.every((t) => allowed.has(t));
 }

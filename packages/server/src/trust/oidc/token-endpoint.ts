@@ -1,10 +1,11 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { NonceStore } from "@proto/protocol";
+import type { AuthorityGrant, NonceStore } from "@proto/protocol";
 import { SignJWT } from "jose";
 import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
 import { addressRateLimitKey, type RateLimiter } from "../../platform/rate-limit.js";
 import { randomToken } from "../../platform/tokens.js";
+import { DeclarationProblem, defaultPermissions, type ServiceDeclarations } from "../authority/service-declarations.js";
 import type { KeyRing } from "../keys.js";
 import type { TrustService } from "../service.js";
 import type { TrustSettings } from "../settings.js";
@@ -17,6 +18,7 @@ import { AssertionError, verifyAgentAssertion } from "./jwt-bearer.js";
 import { JWT_BEARER_GRANT, OAUTH_PATHS, PHISHING_RESISTANT } from "./metadata.js";
 import { OAuthError } from "./oauth-error.js";
 import { parseResource, resourceAudience } from "./resource.js";
+import { grantedOf, resourceDeclaration } from "./resource-permissions.js";
 import { parseScope, withinScope } from "./scope.js";
 
 export const ID_TOKEN_TTL_SECONDS = 300;
@@ -41,6 +43,8 @@ export interface TokenEndpointDeps {
   publicUrl: string;
   production: boolean;
   clients: ClientRegistry;
+  /** Services' declared permissions: a resource's defaults, for an agent without a grant. */
+  declarations: ServiceDeclarations;
   /** Where JWT-bearer assertions' `jti`s are remembered (the replay store of signed requests). */
   jtis: NonceStore;
   limiter: RateLimiter;
@@ -77,14 +81,7 @@ export class TokenEndpoint {
     try {
       client = await this.#deps.clients.find(clientId, clientIp);
     } catch (error) {
-      if (error instanceof FetchRefused) {
-        throw new OAuthError(
-          error.status === 429 ? "slow_down" : "temporarily_unavailable",
-          error.message,
-          error.status,
-          { "retry-after": String(error.retryAfterSeconds) },
-        );
-      }
+      if (error instanceof FetchRefused) throw refusedFetch(error);
       if (!(error instanceof ClientProblem)) throw error;
       client = undefined;
     }
@@ -222,8 +219,9 @@ export class TokenEndpoint {
       throw error;
     }
     let humanId: string;
+    let grant: AuthorityGrant | undefined;
     try {
-      ({ humanId } = await this.#deps.service.authorizeAgent(agentDid, resourceAudience(resource)));
+      ({ humanId, grant } = await this.#deps.service.authorizeAgent(agentDid, resourceAudience(resource)));
     } catch (error) {
       if (!(error instanceof ApiError) || error.status >= 500) throw error;
       if (error.status === 429) {
@@ -233,13 +231,55 @@ export class TokenEndpoint {
       }
       throw new OAuthError("invalid_grant", `${error.code}: ${error.message}`);
     }
-    const access = await this.#accessToken(humanId, resource, agentDid, scope.join(" "), null, clock.now(), agentDid);
+    const granted = scope.length === 0 ? [] : await this.#agentScope(scope, grant, resource, clientIp);
+    const access = await this.#accessToken(humanId, resource, agentDid, granted.join(" "), null, clock.now(), {
+      actor: agentDid,
+      grant,
+    });
     return {
       access_token: access.token,
       token_type: "Bearer",
       expires_in: access.expiresIn,
-      ...withScope(scope.join(" ")),
+      ...withScope(granted.join(" ")),
     };
+  }
+
+  /**
+   * The scopes an agent asked for that its person granted for the resource: its grant's
+   * permissions, else the service's default permissions (docs/authority.md). The others are left
+   * out; when none remains, or the service's permissions cannot be read, nothing is confirmed.
+   */
+  async #agentScope(
+    asked: string[],
+    grant: AuthorityGrant | undefined,
+    resource: string,
+    clientIp: string,
+  ): Promise<string[]> {
+    let granted: string[];
+    if (grant !== undefined) {
+      granted = grant.permissions;
+    } else {
+      try {
+        granted = defaultPermissions(await resourceDeclaration(this.#deps.declarations, resource, clientIp));
+      } catch (error) {
+        if (error instanceof FetchRefused) throw refusedFetch(error);
+        if (!(error instanceof DeclarationProblem)) throw error;
+        throw new OAuthError(
+          "invalid_scope",
+          `no scope can be granted: the resource's permissions could not be read (${error.message})`,
+        );
+      }
+    }
+    const kept = grantedOf(asked, granted);
+    if (kept.length === 0) {
+      throw new OAuthError(
+        "invalid_scope",
+        grant === undefined
+          ? "none of the scopes asked for is among the resource's default permissions; ask the person to approve more"
+          : "none of the scopes asked for is granted by the person for this resource",
+      );
+    }
+    return kept;
   }
 
   #accessToken(
@@ -249,7 +289,7 @@ export class TokenEndpoint {
     scope: string,
     authMethod: string | null,
     now: number,
-    actor?: string,
+    agent?: { actor: string; grant: AuthorityGrant | undefined },
   ) {
     const claims: AccessTokenClaims = {
       resource,
@@ -257,7 +297,8 @@ export class TokenEndpoint {
       clientId,
       scope,
       ...authenticationClaims(authMethod),
-      ...(actor === undefined ? {} : { actor }),
+      ...(agent === undefined ? {} : { actor: agent.actor }),
+      ...(agent?.grant === undefined ? {} : { grant: agent.grant }),
     };
     return signAccessToken(this.#deps.keys, this.#deps.publicUrl, now, claims);
   }
@@ -281,6 +322,13 @@ export class TokenEndpoint {
     Object.assign(claims, authenticationClaims(authMethod));
     return new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: key.kid }).sign(key.privateKey);
   }
+}
+
+/** A fetch refused by its bounds, as OAuth says so: retry later, and when. */
+function refusedFetch(error: FetchRefused): OAuthError {
+  return new OAuthError(error.status === 429 ? "slow_down" : "temporarily_unavailable", error.message, error.status, {
+    "retry-after": String(error.retryAfterSeconds),
+  });
 }
 
 /** A token response's `scope` (RFC 6749 §5.1), left out when nothing was granted by name. */

@@ -73,6 +73,14 @@ p.back { margin: 0 0 .5rem; }
 .lead { font-size: 1.1rem; background: var(--card); border: 1px solid var(--border); border-left: 4px solid var(--accent); border-radius: .4rem; padding: .75rem 1rem; overflow-wrap: anywhere; }
 /* Mail in the development outbox: its long lines (sign-in links) wrap instead of widening the page. */
 pre.mail-text { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: .9rem; }
+/* Boxes a person ticks (the consent page's scopes): the box, the words, then the name, wrapping on a phone. */
+ul.choices { list-style: none; padding: 0; margin: 0 0 1rem; }
+ul.choices li { border-top: 1px solid var(--border); padding: .6rem 0; }
+ul.choices li:last-child { border-bottom: 1px solid var(--border); }
+ul.choices label { display: grid; grid-template-columns: auto 1fr; gap: .1rem .75rem; font-weight: 400; margin: 0; cursor: pointer; overflow-wrap: anywhere; }
+ul.choices input[type=checkbox] { width: 1.25rem; height: 1.25rem; margin: .15rem 0 0; grid-row: span 2; accent-color: var(--accent); }
+ul.choices input[type=checkbox]:disabled + span { opacity: .85; }
+ul.choices code { grid-column: 2; font-size: .85em; color: var(--muted); }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 `;
 

@@ -1,5 +1,6 @@
 import type { FastifyReply } from "fastify";
-import { html } from "../../platform/html.js";
+import { html, type SafeHtml } from "../../platform/html.js";
+import type { ScopeChoice } from "../oidc/resource-permissions.js";
 import { sendPage } from "./layout.js";
 import { shortenDid } from "./link-page.js";
 import { serviceName } from "./service-names.js";
@@ -19,6 +20,8 @@ export interface ConsentView {
   };
   /** The resource (an MCP server) an access token is asked for; absent for a sign-in. */
   resource: string | undefined;
+  /** The scopes asked for the resource, each as the person may allow it; absent for a sign-in. */
+  scopes?: ScopeChoice[];
   /** The pairwise `sub` the service would receive. */
   pseudonym: string;
   /** Where the browser returns: shown so a look-alike name cannot hide a foreign address. */
@@ -32,6 +35,42 @@ function applicationOf(client: ConsentView["client"]) {
   if (client.serviceDid !== undefined) return html`<code>${client.serviceDid}</code>`;
   if (client.id.startsWith("https://")) return html`<code title="${client.id}">${client.id}</code>`;
   return html`${client.name} <span class="muted">(registered itself here)</span>`;
+}
+
+/** What a scope lets the application do, in the service's words when it has some. */
+function scopeWords(choice: ScopeChoice, appName: string): SafeHtml {
+  // The id_token goes to the application, with a pseudonym of its own (not the resource's).
+  if (choice.kind === "identity") return html`Confirm to ${appName} who you are, by an identifier made for it alone`;
+  // The service's own words: third-party text, isolated so it cannot reorder what follows.
+  if (choice.kind === "declared") return html`<bdi>${choice.description}</bdi>`;
+  return choice.grantable
+    ? html`<span class="muted">Not described by the service. Tick it only if you know what it allows.</span>`
+    : html`<span class="muted">Not described by the service, so it cannot be allowed.</span>`;
+}
+
+/** How the boxes below are answered, as they stand when the page opens. */
+function scopeHint(host: string, scopes: ScopeChoice[]): string {
+  if (scopes.some((choice) => choice.ticked)) return "Untick anything you do not want to allow.";
+  if (scopes.some((choice) => choice.grantable)) return "Tick only what you want to allow.";
+  return `${host} describes none of these, so none can be allowed.`;
+}
+
+/** The scopes asked for, one box each: ticked for what the service describes, the person unticks any. */
+function scopeList(appName: string, host: string, scopes: ScopeChoice[]): SafeHtml {
+  if (scopes.length === 0) {
+    return html`<h2>What ${appName} may do at ${host}</h2>
+<p>It asks for no permission by name.</p>`;
+  }
+  return html`<h2 id="scopes-title">What ${appName} may do at ${host}</h2>
+<p class="muted">${scopeHint(host, scopes)}</p>
+<ul class="choices" aria-labelledby="scopes-title">
+  ${scopes.map(
+    (choice, index) =>
+      html`<li><label><input type="checkbox" name="granted.${index}" value="${choice.name}"${
+        choice.ticked ? html` checked` : ""
+      }${choice.grantable ? "" : html` disabled`}><span>${scopeWords(choice, appName)}</span><code>${choice.name}</code></label></li>`,
+  )}
+</ul>`;
 }
 
 /**
@@ -71,6 +110,10 @@ ${loopback}
   ${view.resource === undefined ? "" : html`<dt>Resource</dt><dd><code>${view.resource}</code></dd>`}
   <dt>You return to</dt><dd><code title="${view.redirectUri}">${returnTo}</code></dd>
 </dl>
+<form method="post" action="/oidc/consent">
+  <input type="hidden" name="_csrf" value="${view.csrf}">
+  ${Object.entries(view.request).map(([key, value]) => html`<input type="hidden" name="${key}" value="${value}">`)}
+  ${resourceHost === undefined ? "" : scopeList(name, resourceHost, view.scopes ?? [])}
 <h2>${resourceHost ?? name} will receive</h2>
 <ul>
   <li>An identifier made for this service alone: <code title="${view.pseudonym}">${shortenDid(view.pseudonym)}</code>.
@@ -82,9 +125,6 @@ ${loopback}
   <li>Your e-mail address, or how you are verified.</li>
   <li>Your agents, or the other services you use.</li>
 </ul>
-<form method="post" action="/oidc/consent">
-  <input type="hidden" name="_csrf" value="${view.csrf}">
-  ${Object.entries(view.request).map(([key, value]) => html`<input type="hidden" name="${key}" value="${value}">`)}
   <p class="muted">${
     resourceHost === undefined
       ? `If you allow, ${name} can sign you in from now on without asking again, until you disconnect it on your account page.`
