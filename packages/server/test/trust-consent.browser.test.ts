@@ -4,11 +4,12 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { launchChromium } from "@proto/testkit";
+import { createTestCA, launchChromium, type TestCA } from "@proto/testkit";
 import { decodeJwt } from "jose";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { inPage } from "./support/page-checks.js";
 import { startRelyingParty } from "./support/relying-party.js";
+import { type Site, type SiteHost, startSiteHost } from "./support/sites.js";
 import { magicLinkOf, type SmtpCollector, startSmtpCollector } from "./support/smtp.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 import {
@@ -23,7 +24,8 @@ import {
 /**
  * Issue 17 (items 3 and 4) in a real browser: the consent page of the OpenID provider (Allow,
  * Deny, remembered, disconnected on /account) and the account page's Revoke, which asks first
- * and then says what it did. Screenshots at desktop and phone width (375 px) go to
+ * and then says what it did. Issue 38: an access request's scopes, each in its service's words,
+ * left out when unticked. Screenshots at desktop and phone width (375 px) go to
  * `PROTO_SCREENSHOT_DIR` when set.
  */
 
@@ -41,12 +43,30 @@ const VIEWPORTS = [
   { name: "phone", width: 375, height: 740 },
 ] as const;
 
+/** What the notes service declares in its discovery document (docs/authority.md). */
+const NOTES_PERMISSIONS = {
+  "notes:read": { description: "Read your notes", default: true },
+  "notes:delete": { description: "Delete your notes", phishing_resistant: true },
+  purchase: { description: "Pay for pinned notes", currency: "EUR" },
+};
+
 describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_000 }, () => {
   const browser = launched.browser as Browser;
   const shotRoot = process.env.PROTO_SCREENSHOT_DIR ?? mkdtempSync(join(tmpdir(), "proto-consent-"));
+  let ca: TestCA;
+  let sites: SiteHost;
+  /** An MCP resource whose service declares NOTES_PERMISSIONS, over HTTPS. */
+  let notes: Site;
+  before(async () => {
+    ca = await createTestCA();
+    sites = await startSiteHost(ca, 1);
+    notes = sites.site();
+    notes.serveDiscovery(notes.document({ permissions: NOTES_PERMISSIONS }));
+  });
   after(async () => {
     if (process.env.PROTO_SCREENSHOT_DIR === undefined) rmSync(shotRoot, { recursive: true, force: true });
     await browser.close();
+    await sites?.close();
   });
 
   for (const variant of STORE_VARIANTS) {
@@ -107,7 +127,10 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         origin = `http://127.0.0.1:${port}`;
         h = await startTrustHarness(variant, {
           port,
+          fetchCa: ca.certPem,
           env: {
+            PROTO_FETCH_ALLOW_PRIVATE: "1",
+            PROTO_FETCH_RESOLVE: sites.resolveEntries(),
             TRUST_PUBLIC_URL: origin,
             SMTP_URL: smtp.url,
             MAIL_FROM,
@@ -282,6 +305,11 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         // Signed in since the first story: the consent page comes at once.
         await page.goto(`${origin}/oidc/authorize?${query}`);
         await page.getByRole("heading", { name: /Let Desk Assistant use notes\.example/ }).waitFor();
+        // notes.example publishes no permissions: its scope is offered unticked, and the person ticks it.
+        const notesBox = page.getByRole("checkbox", { name: /Not described by the service.*notes$/ });
+        assert.equal(await notesBox.isChecked(), false);
+        await look("consent-unreadable");
+        await notesBox.check();
         await page.getByRole("button", { name: "Allow" }).click();
         const back = await landedAtShop();
         const tokens = await fetch(`${origin}/oidc/token`, {
@@ -324,6 +352,89 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         });
         assert.equal(refreshed.status, 400);
         assert.equal(((await refreshed.json()) as { error: string }).error, "invalid_grant");
+        assert.deepEqual(cspViolations, []);
+      });
+
+      test("an MCP client's scopes: each in the service's words, an unticked one left out of the token; `admin` is not described, unticked, and never granted", async () => {
+        const registered = await fetch(`${origin}/oidc/register`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ client_name: "Note Taker", redirect_uris: [rp.url] }),
+        });
+        assert.equal(registered.status, 201);
+        const clientId = ((await registered.json()) as { client_id: string }).client_id;
+        const resource = `https://${notes.authority}/mcp`;
+        /** Asks for `scope` at the notes resource, and answers the tokens of the code it comes back with. */
+        async function authorizeFor(scope: string, answer: () => Promise<void>) {
+          const verifier = randomBytes(32).toString("base64url");
+          const query = new URLSearchParams({
+            client_id: clientId,
+            redirect_uri: rp.url,
+            response_type: "code",
+            scope,
+            resource,
+            code_challenge: createHash("sha256").update(verifier).digest("base64url"),
+            code_challenge_method: "S256",
+            state: "s-scopes",
+          });
+          await page.goto(`${origin}/oidc/authorize?${query}`);
+          await page.getByRole("heading", { name: `Let Note Taker use ${notes.authority} as you?` }).waitFor();
+          await answer();
+          const back = await landedAtShop();
+          const tokens = await fetch(`${origin}/oidc/token`, {
+            method: "POST",
+            headers: { "content-type": "application/x-www-form-urlencoded" },
+            body: new URLSearchParams({
+              grant_type: "authorization_code",
+              code: back.get("code") ?? "",
+              code_verifier: verifier,
+              client_id: clientId,
+              redirect_uri: rp.url,
+            }),
+          });
+          assert.equal(tokens.status, 200);
+          return (await tokens.json()) as { access_token: string; scope?: string };
+        }
+
+        // Every scope asked for is named, in the service's words, with its box.
+        const tokens = await authorizeFor("notes:read notes:delete admin", async () => {
+          const scopes = page.getByRole("list", { name: `What Note Taker may do at ${notes.authority}` });
+          assert.deepEqual(
+            (await scopes.getByRole("listitem").allInnerTexts()).map((item) => item.replace(/\s+/g, " ").trim()),
+            [
+              "Read your notes notes:read",
+              "Delete your notes notes:delete",
+              "Not described by the service, so it cannot be allowed. admin",
+            ],
+          );
+          const read = scopes.getByRole("checkbox", { name: "Read your notes notes:read" });
+          const remove = scopes.getByRole("checkbox", { name: "Delete your notes notes:delete" });
+          const admin = scopes.getByRole("checkbox", { name: /admin$/ });
+          assert.equal(await read.isChecked(), true);
+          assert.equal(await remove.isChecked(), true);
+          assert.equal(await admin.isChecked(), false);
+          assert.equal(await admin.isDisabled(), true);
+          await look("consent-scopes");
+          // The person leaves deleting out.
+          await remove.uncheck();
+          await page.getByRole("button", { name: "Allow" }).click();
+        });
+        assert.equal(tokens.scope, "notes:read");
+        assert.equal(decodeJwt(tokens.access_token).scope, "notes:read");
+
+        // `admin` alone: nothing the service describes, nothing ticked, nothing granted.
+        const adminOnly = await authorizeFor("admin", async () => {
+          const admin = page.getByRole("checkbox", { name: /admin$/ });
+          assert.equal(await admin.isChecked(), false);
+          assert.match(
+            await page.locator("main").innerText(),
+            /Not described by the service, so it cannot be allowed\./,
+          );
+          await look("consent-undescribed");
+          await page.getByRole("button", { name: "Allow" }).click();
+        });
+        assert.equal(adminOnly.scope, undefined);
+        assert.equal(decodeJwt(adminOnly.access_token).scope, undefined);
         assert.deepEqual(cspViolations, []);
       });
     });
