@@ -84,19 +84,19 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
     "GET /oidc/authorize": {
       summary: "Start sign-in (authorization code with PKCE S256)",
       description:
-        "Without a session the person signs in first. On their first sign-in to this client a consent page asks (Allow / Deny, answered by POST /oidc/consent); once allowed, the browser returns to redirect_uri with a code at once.",
+        "Without a session the person signs in first. On their first sign-in to this client a consent page asks (Allow / Deny, answered by POST /oidc/consent); once allowed, the browser returns to redirect_uri with a code at once. For a `resource`, the page lists each scope asked for with the resource's description of it (its discovery document's `permissions`), and asks again whenever a scope beyond the live access's is asked for.",
       tags: ["openid"],
     },
     "POST /oidc/token": {
       summary: "Exchange a grant for tokens",
       description:
-        "Form-encoded or JSON. `authorization_code` (code, code_verifier, client_id, redirect_uri, optional resource): an id_token when the scope had `openid`, and for a `resource` an RFC 9068 access token (`aud` the resource, 10 minutes) with a refresh token that rotates on each use. `refresh_token` (refresh_token, client_id, optional resource and narrower scope). `urn:ietf:params:oauth:grant-type:jwt-bearer` (assertion signed by an agent's did:key, resource, optional scope): an access token for the agent's person, `act.sub` the agent.",
+        "Form-encoded or JSON. `authorization_code` (code, code_verifier, client_id, redirect_uri, optional resource): an id_token when the scope had `openid`, and for a `resource` an RFC 9068 access token (`aud` the resource, 10 minutes) with a refresh token that rotates on each use. `refresh_token` (refresh_token, client_id, optional resource and narrower scope). `urn:ietf:params:oauth:grant-type:jwt-bearer` (assertion signed by an agent's did:key, resource, optional scope): an access token for the agent's person, `act.sub` the agent, whose scope is what was asked within the agent's grant for the resource's service (else the service's default permissions); with a grant it carries `grant_id` and `authorization_details`. A scope outside is left out; none left is `invalid_scope`. A code's scope is what the person left ticked.",
       tags: ["openid"],
     },
     "POST /oidc/consent": {
       summary: "Answer the consent page (form)",
       description:
-        "Form fields `_csrf`, `decision` (`allow` or `deny`) and the authorization request's own parameters. Allow is remembered per (person, client) and returns to redirect_uri with a code; deny returns `error=access_denied` (with `state`). Until the person allows a client, `/oidc/authorize` shows the consent page (`prompt=none`: `consent_required`).",
+        "Form fields `_csrf`, `decision` (`allow` or `deny`), the authorization request's own parameters, and for a `resource` one `granted.N` per scope left ticked (undeclared scopes of a service that declares permissions are never granted). Allow is remembered per (person, client) and returns to redirect_uri with a code; deny returns `error=access_denied` (with `state`). Until the person allows a client, `/oidc/authorize` shows the consent page (`prompt=none`: `consent_required`).",
       tags: ["openid"],
     },
     "GET /oidc/token": { summary: "Not allowed: the token endpoint takes POST", tags: ["openid"] },
