@@ -2,6 +2,7 @@
  * The spends of an agent as its person sees them on the owner route: by grant, newest first, each
  * amount written in its currency (`0.50 EUR`) next to the exact minor units.
  */
+import { formatAmount } from "@proto/protocol";
 import type { SpendRecord } from "./store/types.js";
 import { isoTime } from "./util.js";
 
@@ -23,23 +24,6 @@ export interface SpendView {
 export interface GrantSpendsView {
   grant_id: string;
   spends: SpendView[];
-}
-
-/**
- * `50` of `EUR` as `0.50 EUR`: the currency's own minor unit (ISO 4217 as the runtime's ICU knows
- * it, else 2 decimals), exact (integer digits, no float), as the attestor's pages write amounts.
- */
-export function formatAmount(amount: number, currency: string): string {
-  let digits = 2;
-  try {
-    digits = new Intl.NumberFormat("en", { style: "currency", currency }).resolvedOptions().maximumFractionDigits ?? 2;
-  } catch {
-    // A code ICU does not know: two decimals, as most currencies have.
-  }
-  const text = String(amount).padStart(digits + 1, "0");
-  const whole = text.slice(0, text.length - digits).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
-  const fraction = digits === 0 ? "" : `.${text.slice(text.length - digits)}`;
-  return `${whole}${fraction} ${currency}`;
 }
 
 /** Each account's spends grouped by grant, in the order of their newest spend. */

@@ -1,5 +1,7 @@
 export type { ParsedAddress } from "./address-policy.js";
 export { isPublicAddress, parseAddress } from "./address-policy.js";
+export type { ParsedAmount } from "./amounts.js";
+export { formatAmount, minorDigits, parseAmount, plainAmount, spendLimitPhrase } from "./amounts.js";
 export type {
   AttestationExpectations,
   AttestationVerifier,
