@@ -110,7 +110,8 @@ export async function startDevStack(settings: DevSettings, ca: DevCa): Promise<D
       // Web Bot Auth keeps the kit's default: key directories on public HTTPS addresses only.
     });
     const env = serverEnv(settings, urls, [notes.oidcClient]);
-    trust = await buildTrustApp(readTrustConfig(env));
+    // The attestor reads the notes service's discovery document (its permissions) over the dev CA.
+    trust = await buildTrustApp(readTrustConfig(env), { fetchCa: ca.caCertPem });
     await listen(trust.app, settings.trustPort, "127.0.0.1", "PROTO_DEV_TRUST_PORT");
     directory = await buildDirectoryApp(readDirectoryConfig(env), { fetchCa: ca.caCertPem });
     await listen(directory.app, settings.directoryPort, "127.0.0.1", "PROTO_DEV_DIRECTORY_PORT");
