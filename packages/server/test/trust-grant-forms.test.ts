@@ -150,7 +150,7 @@ describe("grant forms refuse every mistake with a page (issue 38)", { timeout: 1
         }
         // Outside what the form is (a field it does not have, a value longer than its inputs take):
         // refused before any handler, still as a page.
-        for (const fields of [{ evil: "1" }, { "tx.purchase": "9".repeat(100) }]) {
+        for (const fields of [{ evil: "1" }, { "tx.purchase": "9".repeat(100) }] as Record<string, string>[]) {
           const answer = await ada.post(`/account/grants/${grantId}`, { ...base, ...fields });
           assert.equal(answer.status, 400, answer.text);
           assert.match(answer.headers.get("content-type") ?? "", /^text\/html/);
