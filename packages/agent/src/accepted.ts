@@ -25,16 +25,24 @@ export function acceptedAttestors(billing: { accepted_attestors?: unknown } | un
   return Array.isArray(list) ? list.filter((entry): entry is string => typeof entry === "string") : undefined;
 }
 
-/** The `iss` claim of a JWT, read without verifying it (the agent only routes its own tokens). */
-export function issuerOf(jwt: string): string | undefined {
-  const payload = jwt.split(".")[1];
-  if (payload === undefined) return undefined;
+/** The claims of a JWT, read without verifying it (the agent only reads its own tokens). */
+export function claimsOf(jwt: string): Record<string, unknown> | undefined {
+  const parts = jwt.split(".");
+  if (parts.length !== 3 || parts[1] === undefined) return undefined;
   try {
-    const claims = JSON.parse(Buffer.from(payload, "base64url").toString("utf8")) as { iss?: unknown };
-    return typeof claims.iss === "string" ? claims.iss : undefined;
+    const claims: unknown = JSON.parse(Buffer.from(parts[1], "base64url").toString("utf8"));
+    return typeof claims === "object" && claims !== null && !Array.isArray(claims)
+      ? (claims as Record<string, unknown>)
+      : undefined;
   } catch {
     return undefined;
   }
+}
+
+/** The `iss` claim of a JWT, read without verifying it (the agent only routes its own tokens). */
+export function issuerOf(jwt: string): string | undefined {
+  const iss = claimsOf(jwt)?.iss;
+  return typeof iss === "string" ? iss : undefined;
 }
 
 export function accepts(accepted: readonly string[] | undefined, iss: string | undefined): boolean {

@@ -5,6 +5,7 @@
 import { KEY_DIRECTORY_PATH, type SignatureAgentForm } from "@proto/protocol";
 import { AttestorClient } from "./attestor.js";
 import { Attestors } from "./attestors.js";
+import type { AuthorityError } from "./authority.js";
 import { DirectoryClient } from "./directory.js";
 import { UsageError } from "./errors.js";
 import type { HttpOptions } from "./http.js";
@@ -121,6 +122,19 @@ export class Agent {
       this.#attestors.set(url, client);
     }
     return client;
+  }
+
+  /**
+   * The attestor to ask for more authority after a service's refusal: the one the refusal names
+   * when this agent is linked there, else `fallback` (the attestor whose token was refused), else
+   * the default one. A service's word alone never sends the agent's signed requests to an
+   * attestor it is not linked to.
+   */
+  attestorFor(refusal: Pick<AuthorityError, "attestor">, fallback?: string): AttestorClient {
+    const named = refusal.attestor;
+    const linked = (url: string) => this.bindings().some((b) => b.attestor_url === url && b.state === "active");
+    if (named !== undefined && linked(named)) return this.attestor(named);
+    return this.attestor(fallback);
   }
 
   directory(explicit?: string): DirectoryClient {

@@ -1,8 +1,24 @@
 /** Client of the trust attestor: the link flow, attestation minting, the per-audience token cache. */
 import { encodeBase64url, isDidSyntax } from "@proto/protocol";
 import { type AttestationSource, accepts, issuerOf, notAccepted, tokenNotAccepted } from "./accepted.js";
+import {
+  type Approval,
+  type ApprovalRequestOptions,
+  approvalBody,
+  type HeldGrant,
+  readApproval,
+  readHeldGrant,
+} from "./approvals.js";
 import { AttestorError, notLinkedMessage, type ServerErrorInit, UsageError } from "./errors.js";
-import { errorFromResponse, HttpClient, type HttpOptions, isOk, normaliseBaseUrl, parseJson } from "./http.js";
+import {
+  errorFromResponse,
+  HttpClient,
+  type HttpOptions,
+  type HttpResponse,
+  isOk,
+  normaliseBaseUrl,
+  parseJson,
+} from "./http.js";
 import type { AgentIdentity } from "./identity.js";
 import type { AgentStore, BindingRecord } from "./store.js";
 import { type CachedToken, TokenCache } from "./token-cache.js";
@@ -71,6 +87,20 @@ export interface AttestorClientOptions extends HttpOptions {
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
 }
 
+export interface WaitForApprovalOptions {
+  /** Seconds between polls (default: what the attestor answered, else 3). */
+  interval?: number;
+  signal?: AbortSignal;
+  /** Called after every pending answer, before waiting. */
+  onPoll?: (info: { approval: Approval; attempt: number }) => void;
+  /** The service the approval is for, when this client did not ask for it: its cached token is dropped once approved. */
+  aud?: string;
+}
+
+const DEFAULT_APPROVAL_INTERVAL = 3;
+/** Approvals this client asked for, remembered for their service; a long-running process keeps the latest. */
+const MAX_REMEMBERED_APPROVALS = 100;
+
 /** Codes after which cached tokens and the stored binding no longer hold. */
 const BINDING_GONE: Record<string, BindingRecord["state"]> = {
   binding_revoked: "revoked",
@@ -87,6 +117,8 @@ export class AttestorClient implements AttestationSource {
   readonly #now: () => number;
   readonly #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   #binding: BindingRecord | undefined;
+  /** Approval id to its service's DID: whose cached token an approval makes stale. */
+  readonly #approvalAudiences = new Map<string, string>();
 
   constructor(options: AttestorClientOptions) {
     this.url = normaliseBaseUrl(options.url, "attestor");
@@ -208,34 +240,7 @@ export class AttestorClient implements AttestationSource {
         `the audience must be a service DID (did:web or did:key), got ${JSON.stringify(aud)}`,
       );
     }
-    const url = `${this.url}/v1/token`;
-    const body = JSON.stringify({ aud });
-    const signed = this.identity.signRequest({ method: "POST", url, body }, { now: this.#now });
-    const response = await this.#http.request(url, {
-      method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json", ...signed.headers },
-      body,
-      signal,
-    });
-    if (!isOk(response.status)) {
-      const error = errorFromResponse(response, attestorError);
-      if (error.code === "service_suspended") {
-        // Final for this service only: its cached token goes, the binding and other services stay.
-        this.tokenCache.delete(this.url, this.identity.did, aud);
-        throw suspendedError(error, aud, this.url);
-      }
-      // The attestor's own words ("run the link flow") do not say how; the command does.
-      if (error.code === "unauthorized" && error.status === 401) throw withMessage(error, notLinkedMessage(this.url));
-      const gone = BINDING_GONE[error.code];
-      if (gone !== undefined) {
-        this.tokenCache.delete(this.url, this.identity.did);
-        const record = this.binding();
-        if (record !== undefined) {
-          this.#saveBinding({ ...record, state: gone, updated_at: new Date(this.#now()).toISOString() });
-        }
-      }
-      throw error;
-    }
+    const response = await this.#signed("POST", "/v1/token", { aud }, signal, aud);
     const minted = parseJson(response, attestorError) as Record<string, unknown>;
     const { jwt, expires_at, verification } = minted;
     const binding_expires_at = minted.binding_expires_at ?? minted.binding_token_expires_at;
@@ -324,6 +329,83 @@ export class AttestorClient implements AttestationSource {
     return token;
   }
 
+  /**
+   * `GET {trust_url}/v1/grants`, signed: what the agent's person granted it, one grant per
+   * service. Entries not of the contract's shape are left out.
+   */
+  async listGrants(signal?: AbortSignal): Promise<HeldGrant[]> {
+    const body = parseJson(await this.#signed("GET", "/v1/grants", undefined, signal), attestorError) as {
+      grants?: unknown;
+    };
+    if (!Array.isArray(body.grants)) throw this.#invalid("the grants answer has no grants array");
+    return body.grants.flatMap((entry) => readHeldGrant(entry) ?? []);
+  }
+
+  /**
+   * `POST {trust_url}/v1/approvals`, signed: asks the person to widen the grant for `aud` (more
+   * permissions, higher spend limits), in the agent's words (`reason`). Answers the pending
+   * approval with the page the person opens (`url`) and the poll interval.
+   */
+  async requestApproval(options: ApprovalRequestOptions): Promise<Approval> {
+    const body = approvalBody(options);
+    const response = await this.#signed("POST", "/v1/approvals", body, options.signal, options.aud);
+    const approval = readApproval(parseJson(response, attestorError));
+    if (approval?.url === undefined)
+      throw this.#invalid("the approval answer lacks approval_id, approval_url or status");
+    this.#approvalAudiences.set(approval.id, options.aud);
+    if (this.#approvalAudiences.size > MAX_REMEMBERED_APPROVALS) {
+      const [oldest] = this.#approvalAudiences.keys();
+      if (oldest !== undefined) this.#approvalAudiences.delete(oldest);
+    }
+    return approval;
+  }
+
+  /**
+   * `GET {trust_url}/v1/approvals/{id}`, signed: where the approval stands. Once approved, the
+   * cached token for its service (when this client asked for it, or `aud` names it) is dropped:
+   * the next one is minted with the widened grant.
+   */
+  async approval(id: string, options: { aud?: string; signal?: AbortSignal } = {}): Promise<Approval> {
+    if (!/^[A-Za-z0-9_-]{1,128}$/.test(id)) {
+      throw new UsageError("invalid_argument", `${JSON.stringify(id)} is not an approval id`);
+    }
+    const response = await this.#signed("GET", `/v1/approvals/${id}`, undefined, options.signal);
+    const approval = readApproval(parseJson(response, attestorError));
+    if (approval === undefined) throw this.#invalid("the approval answer lacks approval_id, status or expires_at");
+    const aud = options.aud ?? this.#approvalAudiences.get(id);
+    if (approval.status === "approved" && aud !== undefined) this.tokenCache.delete(this.url, this.identity.did, aud);
+    return approval;
+  }
+
+  /**
+   * Polls the approval every `interval` seconds (default: what the attestor answered, else 3; a
+   * 429 waits its `Retry-After`) until it is no longer pending, and answers it: `approved`,
+   * `declined` or `expired`. Stops with the signal's reason when aborted.
+   */
+  async waitForApproval(id: string, options: WaitForApprovalOptions = {}): Promise<Approval> {
+    let interval = options.interval ?? DEFAULT_APPROVAL_INTERVAL;
+    for (let attempt = 1; ; attempt++) {
+      options.signal?.throwIfAborted();
+      let approval: Approval;
+      try {
+        approval = await this.approval(id, {
+          ...(options.aud === undefined ? {} : { aud: options.aud }),
+          ...(options.signal === undefined ? {} : { signal: options.signal }),
+        });
+      } catch (error) {
+        if (error instanceof AttestorError && error.status === 429) {
+          await this.#sleep(Math.min(60_000, Math.max(interval, error.retryAfter ?? 0) * 1000), options.signal);
+          continue;
+        }
+        throw error;
+      }
+      if (approval.status !== "pending") return approval;
+      if (options.interval === undefined && approval.interval !== undefined) interval = approval.interval;
+      options.onPoll?.({ approval, attempt });
+      await this.#sleep(Math.min(60, Math.max(1, interval)) * 1000, options.signal);
+    }
+  }
+
   /** The binding record of this agent at this attestor (from the store when there is one). */
   binding(): BindingRecord | undefined {
     return this.#store?.getBinding(this.url, this.identity.did) ?? this.#binding;
@@ -337,6 +419,53 @@ export class AttestorClient implements AttestationSource {
     const body = parseJson(response, attestorError) as { keys?: unknown };
     if (!Array.isArray(body.keys)) throw this.#invalid("the key set has no keys array");
     return body as { keys: Record<string, unknown>[] };
+  }
+
+  /**
+   * A request signed with the agent's key (RFC 9421) over exactly `{trust_url}{path}`, as the mint
+   * is. Refusals throw, and those about the binding are recorded as the mint records them:
+   * `binding_revoked` and `binding_expired` drop cached tokens and mark the binding;
+   * `service_suspended` (for `aud`) drops that service's token; `unauthorized` names the command
+   * that links the key.
+   */
+  async #signed(
+    method: "GET" | "POST",
+    path: string,
+    payload: unknown,
+    signal: AbortSignal | undefined,
+    aud?: string,
+  ): Promise<HttpResponse> {
+    const url = `${this.url}${path}`;
+    const body = payload === undefined ? undefined : JSON.stringify(payload);
+    const signed = this.identity.signRequest({ method, url, body }, { now: this.#now });
+    const response = await this.#http.request(url, {
+      method,
+      headers: {
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+        accept: "application/json",
+        ...signed.headers,
+      },
+      body,
+      signal,
+    });
+    if (isOk(response.status)) return response;
+    const error = errorFromResponse(response, attestorError);
+    if (error.code === "service_suspended" && aud !== undefined) {
+      // Final for this service only: its cached token goes, the binding and other services stay.
+      this.tokenCache.delete(this.url, this.identity.did, aud);
+      throw suspendedError(error, aud, this.url);
+    }
+    // The attestor's own words ("run the link flow") do not say how; the command does.
+    if (error.code === "unauthorized" && error.status === 401) throw withMessage(error, notLinkedMessage(this.url));
+    const gone = BINDING_GONE[error.code];
+    if (gone !== undefined) {
+      this.tokenCache.delete(this.url, this.identity.did);
+      const record = this.binding();
+      if (record !== undefined) {
+        this.#saveBinding({ ...record, state: gone, updated_at: new Date(this.#now()).toISOString() });
+      }
+    }
+    throw error;
   }
 
   #saveBinding(record: BindingRecord): void {

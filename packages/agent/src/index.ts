@@ -1,9 +1,11 @@
 export type { AttestationSource } from "./accepted.js";
-export { acceptedAttestors, issuerOf } from "./accepted.js";
+export { acceptedAttestors, claimsOf, issuerOf } from "./accepted.js";
 export type { Account, AccountState, Invitation, OwnerRecipient, SignedUpAccount } from "./account.js";
 export { getAccount, inviteOwner, signUp } from "./account.js";
 export type { AgentOptions } from "./agent.js";
 export { Agent } from "./agent.js";
+export type { Approval, ApprovalRequestOptions, ApprovalStatus, HeldGrant } from "./approvals.js";
+export { MAX_REASON_LENGTH } from "./approvals.js";
 export type {
   Attestation,
   AttestorClientOptions,
@@ -12,10 +14,13 @@ export type {
   LinkPollResult,
   LinkRequest,
   LinkStartOptions,
+  WaitForApprovalOptions,
 } from "./attestor.js";
 export { AttestorClient } from "./attestor.js";
 export type { AttestorsOptions } from "./attestors.js";
 export { Attestors } from "./attestors.js";
+export type { AuthorityRefusal, SpendShortfall, TokenExplanation } from "./authority.js";
+export { AuthorityError, authorityRefusal, explainToken } from "./authority.js";
 export type {
   Challenge,
   DirectoryClientOptions,
@@ -76,7 +81,13 @@ export {
 } from "./mcp-auth.js";
 export type { McpTarget } from "./mcp-endpoint.js";
 export { findMcpEndpoint } from "./mcp-endpoint.js";
-export type { ResolvedEndpoints, ServiceClientOptions, ServiceDiscovery, ServiceResponse } from "./service.js";
+export type {
+  ResolvedEndpoints,
+  SendOptions,
+  ServiceClientOptions,
+  ServiceDiscovery,
+  ServiceResponse,
+} from "./service.js";
 export { DISCOVERY_PATH, discoverService, ServiceClient, serviceOrigin } from "./service.js";
 export type {
   AgentConfig,

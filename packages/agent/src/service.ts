@@ -16,6 +16,7 @@ import {
   wireMethod,
 } from "@proto/protocol";
 import { type AttestationSource, acceptedAttestors } from "./accepted.js";
+import { type AuthorityError, authorityRefusal } from "./authority.js";
 import { AuthError, DiscoveryError, ServerError, type ServerErrorInit, UsageError } from "./errors.js";
 import {
   DISCOVERY_MAX_BYTES,
@@ -198,6 +199,18 @@ export interface ServiceClientOptions extends HttpOptions {
 export interface ServiceResponse {
   response: HttpResponse;
   attested: boolean;
+  /**
+   * Set when the service refused because the person has not granted enough (403
+   * `insufficient_permission` or `spend_limit_exceeded`): what is missing and whom to ask.
+   */
+  refusal?: AuthorityError;
+}
+
+export interface SendOptions {
+  /** Attest the request even when the service does not require it (a grant travels in the token). */
+  attest?: boolean;
+  /** Mint a new token rather than take the cached one (after an approval widened the grant). */
+  fresh?: boolean;
 }
 
 /** Statuses whose Response must have no body. */
@@ -309,8 +322,11 @@ export class ServiceClient {
     return url;
   }
 
-  /** The signed exchange behind `fetch`, with the whole response and whether it was attested. */
-  async send(input: string | URL | Request, init?: RequestInit): Promise<ServiceResponse> {
+  /**
+   * The signed exchange behind `fetch`, with the whole response, whether it was attested, and the
+   * service's refusal for want of authority (`refusal`), typed.
+   */
+  async send(input: string | URL | Request, init?: RequestInit, options: SendOptions = {}): Promise<ServiceResponse> {
     const target = typeof input === "string" ? new URL(input, `${this.origin}/`) : input;
     const request = new Request(target instanceof URL ? target.href : target, init);
     const url = new URL(request.url);
@@ -348,17 +364,17 @@ export class ServiceClient {
       });
     };
 
-    const attested = this.discovery.attestedOnly;
-    const response = await exchange(attested);
+    const attested = this.discovery.attestedOnly || options.attest === true;
+    const response = await exchange(attested, options.fresh === true);
     // One mint and one retry when the service wants an attestation: the request went without one,
     // or the service's attested session (upstream §10.7) lapsed despite the cached token. Refusals
     // of the mint itself (binding_revoked, binding_expired, service_suspended) are final.
     if (this.#retry && this.attestor !== undefined && response.status === 401) {
       if (refusalCode(response) === "attestation_required") {
-        return { response: await exchange(true, attested), attested: true };
+        return answered(await exchange(true, attested), true);
       }
     }
-    return { response, attested };
+    return answered(response, attested);
   }
 
   #attestor(): AttestationSource {
@@ -370,6 +386,11 @@ export class ServiceClient {
     }
     return this.attestor;
   }
+}
+
+function answered(response: HttpResponse, attested: boolean): ServiceResponse {
+  const refusal = authorityRefusal(response);
+  return refusal === undefined ? { response, attested } : { response, attested, refusal };
 }
 
 export function noMcpEndpoint(discoveryUrl: string): UsageError {
