@@ -11,6 +11,7 @@ import type { Passkeys } from "../passkeys.js";
 import type { TrustService } from "../service.js";
 import { isPublishable, wbaDirectoryUrl } from "../web-bot-auth.js";
 import { accessRevokedNotice, accessSection, registerAccessRoutes } from "./access-grants.js";
+import { pendingApprovalsSection } from "./approval-page.js";
 import { date } from "./dates.js";
 import { registerGrantPages } from "./grant-pages.js";
 import { type GrantsOnAccount, grantsOnAccount } from "./grants-view.js";
@@ -91,12 +92,12 @@ function serviceItem(b: BindingRow, row: BindingServiceRow, csrf: string, grants
     <div><strong title="${row.aud}">${name}</strong>${suspended ? html` <span class="badge">Suspended</span>` : ""}</div>
     <div><code>${row.aud}</code></div>
     <div class="muted">${suspended ? html`Suspended ${date(row.suspended_at)}` : html`Last token ${date(row.last_mint_at)}`}</div>
-    ${grants.ofService(b.id, row.aud)}
     <form method="post" action="/account/bindings/${b.id}/services/${action}">
       <input type="hidden" name="_csrf" value="${csrf}">
       <input type="hidden" name="aud" value="${row.aud}">
       <button${suspended ? "" : html` class="secondary"`} type="submit">${suspended ? "Restore" : "Suspend"}<span class="visually-hidden"> ${agentName(b)} for ${name}</span></button>
     </form>
+    ${grants.ofService(b.id, row.aud)}
   </li>`;
 }
 
@@ -274,6 +275,7 @@ export async function accountRoutes(app: FastifyInstance, deps: AccountDeps): Pr
       body: html`<h1>Your account</h1>
 ${doneNotice(readDone(request.query), bindings, services, wba, connected)}
 ${await accessRevokedNotice(service.database.db, session.humanId, accessRevoked(request.query))}
+${await pendingApprovalsSection(service.database.db, session.humanId, now)}
 <h2>Verification</h2>
 ${
   verifications.length === 0

@@ -13,6 +13,7 @@ import type { OidcClient } from "../oidc/clients.js";
 import { Passkeys } from "../passkeys.js";
 import type { TrustService } from "../service.js";
 import { accountRoutes } from "./account.js";
+import { approvalPageRoutes } from "./approval-page.js";
 import { registerAssets } from "./assets.js";
 import { fallbackPages } from "./fallback-pages.js";
 import { sendMessage } from "./layout.js";
@@ -109,6 +110,13 @@ export async function humanPages(app: FastifyInstance, options: HumanPagesOption
     passkeys,
     clock: options.clock,
     declarations: options.declarations,
+  });
+
+  await app.register(approvalPageRoutes, {
+    db: options.service.database.db,
+    sessions: options.sessions,
+    clock: options.clock,
+    passkeys,
   });
 
   if (options.mailer instanceof OutboxMailer) outboxPage(app, options.mailer);
