@@ -25,19 +25,20 @@ import { FetchRefused } from "../oidc/bounded-fetches.js";
 import type { Db } from "../store.js";
 import * as store from "../store.js";
 import { diffGrant, type GrantDiff } from "./changes.js";
+import { heldNow } from "./grant-edits.js";
 import {
   type ApprovalMethod,
   contentProblem,
   findGrant,
   type Grant,
   type GrantContent,
-  inForce,
   mergeLimits,
   putGrant,
 } from "./grants.js";
 import {
   AudienceMismatch,
   DeclarationProblem,
+  defaultPermissions,
   type ServiceDeclarations,
   serviceOrigin,
 } from "./service-declarations.js";
@@ -355,17 +356,14 @@ export interface ProposedChange {
  * restored from the defaults. The asked permissions are added and the asked limits merged in.
  */
 export function proposedChange(approval: Approval, grant: Grant | undefined, now: number): ProposedChange {
-  const defaults: GrantContent = {
-    permissions: Object.entries(approval.declared)
-      .filter(([, permission]) => permission.default === true)
-      .map(([name]) => name),
-    spendLimits: [],
-    expiresAt: null,
-  };
+  const defaults = defaultPermissions({
+    serviceUrl: approval.serviceUrl,
+    serviceDid: approval.aud,
+    permissions: approval.declared,
+  });
   const revoked = grant !== undefined && grant.revokedAt !== null;
-  const live = grant !== undefined && inForce(grant, now);
-  const base: GrantContent = live ? grant : defaults;
-  const before: GrantContent = revoked ? { permissions: [], spendLimits: [], expiresAt: null } : base;
+  const before = heldNow(grant, defaults, now);
+  const base = revoked ? heldNow(undefined, defaults, now) : before;
   const after: GrantContent = {
     permissions: [...new Set([...base.permissions, ...approval.permissions])],
     spendLimits: mergeLimits(base.spendLimits, approval.spendLimits),
