@@ -42,6 +42,11 @@ export const TRUST_OPENAPI: Omit<OpenApiOptions, "publicUrl"> = {
     { name: "tokens", description: "Attestation minting, signed by the agent (RFC 9421)." },
     { name: "bindings", description: "The person's control over linked agents." },
     {
+      name: "authority",
+      description:
+        "Bounded authority, signed by the agent (RFC 9421): the grants its person gave it, and approval requests for more (docs/authority.md).",
+    },
+    {
       name: "web-bot-auth",
       description:
         "The key directory of agents whose person published their key on `/account`, for sites that check Web Bot Auth (HTTP message signatures from bots and agents).",
