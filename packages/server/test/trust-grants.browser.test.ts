@@ -205,7 +205,7 @@ describe("grants on the account page, in a browser (issue 38)", { skip: launched
         assert.match(notesText, /No end date/);
         // ...a service used without a grant: its defaults, in its words...
         const shopText = await serviceEntry(shop).innerText();
-        assert.match(shopText, /default permissions of the service/);
+        assert.match(shopText, /Default permissions of the service/);
         assert.match(shopText, /See your orders/);
         assert.match(shopText, /Place orders for you/);
         assert.doesNotMatch(shopText, /Ask for refunds/);

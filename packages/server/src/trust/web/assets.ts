@@ -45,6 +45,7 @@ ul.services li:last-child { border-bottom: 1px solid var(--border); }
 .badge.used-up { border-color: var(--warn); color: var(--warn); }
 .grant { justify-self: stretch; border-left: 3px solid var(--border); padding-left: .75rem; margin-top: .35rem; }
 .grant p, .grant ul { margin: 0 0 .35rem; }
+.grant h4 { font-size: 1rem; margin: 0 0 .35rem; }
 ul.granted, ul.changes, ol.history ul { padding-left: 1.25rem; }
 /* Not the services list's rows: a plain list inside one of them. */
 .grant ul.granted li { display: list-item; border: 0; padding: 0; margin: 0 0 .2rem; }

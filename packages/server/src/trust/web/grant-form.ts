@@ -10,13 +10,14 @@
 import {
   type DiscoveryPermissions,
   MAX_PERMISSIONS,
+  parseAmount,
+  plainAmount,
   SPEND_PERIODS,
   type SpendLimit,
   type SpendPeriod,
 } from "@proto/protocol";
 import { html, type SafeHtml } from "../../platform/html.js";
 import type { GrantContent } from "../authority/grants.js";
-import { fieldAmount, readAmount } from "./money.js";
 
 /** A grant ends at most this far ahead; the person can always extend it. */
 const MAX_END_DAYS = 5 * 366;
@@ -105,10 +106,10 @@ export function formValues(content: GrantContent): FormValues {
   };
   for (const limit of content.spendLimits) {
     if (limit.perTransaction !== undefined) {
-      values.perTransaction.set(limit.permission, fieldAmount(limit.perTransaction, limit.currency));
+      values.perTransaction.set(limit.permission, plainAmount(limit.perTransaction, limit.currency));
     }
     if (limit.perPeriod !== undefined)
-      values.perPeriod.set(limit.permission, fieldAmount(limit.perPeriod, limit.currency));
+      values.perPeriod.set(limit.permission, plainAmount(limit.perPeriod, limit.currency));
     if (limit.period !== undefined) values.period.set(limit.permission, limit.period);
   }
   return values;
@@ -167,13 +168,13 @@ export function readGrantForm(
     const limit: SpendLimit = { permission: name, currency: permission.currency };
     const label = permissionLabel(permission);
     if (tx !== "") {
-      const read = readAmount(tx, permission.currency);
+      const read = parseAmount(tx, permission.currency);
       if ("problem" in read)
         problems.push({ field: fieldId("tx", name), message: `Most per transaction for “${label}” ${read.problem}.` });
       else limit.perTransaction = read.amount;
     }
     if (pp !== "") {
-      const read = readAmount(pp, permission.currency);
+      const read = parseAmount(pp, permission.currency);
       if ("problem" in read)
         problems.push({ field: fieldId("pp", name), message: `Most per period for “${label}” ${read.problem}.` });
       else limit.perPeriod = read.amount;

@@ -116,7 +116,7 @@ function grantPart(grant: Grant, declaration: ServiceDeclaration | undefined, no
         ? html`<p class="muted">Ended ${endedText(grant.expiresAt)}: the agent has the service's default permissions again and cannot spend.</p>`
         : html`<p class="muted">${endsText(grant.expiresAt)}</p>`;
   return html`<div class="grant">
-    <p><strong>Permissions</strong> ${stateBadge(state)}</p>
+    <h4>Permissions ${stateBadge(state)}</h4>
     ${state === "revoked" ? "" : listed}
     ${state === "revoked" || declaration !== undefined || grant.permissions.length === 0 ? "" : UNREADABLE}
     ${when}
@@ -135,7 +135,7 @@ function defaultsPart(
   const defaults = declaration === undefined ? [] : defaultPermissions(declaration);
   const declares = declaration !== undefined && Object.keys(declaration.permissions).length > 0;
   return html`<div class="grant">
-    <p><strong>Permissions</strong>: default permissions of the service</p>
+    <h4>Default permissions of the service</h4>
     ${
       declaration === undefined
         ? html`<p class="muted">The service's list of permissions could not be loaded right now.</p>`
