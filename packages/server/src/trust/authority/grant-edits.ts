@@ -149,7 +149,8 @@ async function run(trx: Db, edit: GrantEdit): Promise<GrantEditResult> {
   const binding = await store.findBinding(trx, change.bindingId);
   if (binding === undefined || binding.human_id !== humanId) return { outcome: "unknown" };
   if (binding.revoked_at !== null) return { outcome: "agent_revoked" };
-  const problem = editProblem(current, edit.content, edit.declared);
+  // What a revoked grant held is given anew, so it must be declared like any addition.
+  const problem = editProblem(current?.revokedAt === null ? current : undefined, edit.content, edit.declared);
   if (problem !== undefined) return { outcome: "invalid", problem };
   const diff = diffGrant(current, edit.content, edit.declared ?? {});
   if (current !== undefined && current.revokedAt === null && !diff.changes)
