@@ -241,7 +241,12 @@ ${pending ? "" : onward}`,
     return session;
   }
 
-  app.get<{ Params: Params }>("/approvals/:id", { schema: { params, hide: true } }, async (request, reply) => {
+  const pageDoc = {
+    summary: "An agent's request for more (page)",
+    description:
+      "The person's session (else sign-in first, then back). Which agent asks what at which service, its reason as its words, and what approving changes; Approve and Decline while pending. Another person's request, or an unknown one, is a 404 page.",
+  };
+  app.get<{ Params: Params }>("/approvals/:id", { schema: { params, ...pageDoc } }, async (request, reply) => {
     const { id } = request.params;
     const session = await sessionOr(request, reply, id);
     if (session === undefined) return reply;
@@ -253,7 +258,14 @@ ${pending ? "" : onward}`,
   app.post<{ Params: Params; Body: AnswerBody }>(
     "/approvals/:id/approve",
     {
-      schema: { params, body: answerForm, consumes: ["application/x-www-form-urlencoded"], hide: true },
+      schema: {
+        summary: "Approve an agent's request (form)",
+        description:
+          "Form fields `_csrf`, and `passkey` (the answer of the passkey confirmation ceremony) when the change needs a passkey: a permission declared `phishing_resistant`, or a spend limit set or raised. Widens the grant at once; answers 303 to the request's page. Without a needed passkey the page says so (403).",
+        params,
+        body: answerForm,
+        consumes: ["application/x-www-form-urlencoded"],
+      },
       preHandler: app.csrfProtection,
     },
     async (request, reply) => {
@@ -300,7 +312,14 @@ ${pending ? "" : onward}`,
   app.post<{ Params: Params }>(
     "/approvals/:id/decline",
     {
-      schema: { params, body: answerForm, consumes: ["application/x-www-form-urlencoded"], hide: true },
+      schema: {
+        summary: "Decline an agent's request (form)",
+        description:
+          "Form field `_csrf`. Nothing changes; the agent reads `declined`. Answers 303 to the request's page.",
+        params,
+        body: answerForm,
+        consumes: ["application/x-www-form-urlencoded"],
+      },
       preHandler: app.csrfProtection,
     },
     async (request, reply) => {
