@@ -4,12 +4,13 @@ import { once } from "node:events";
 import { after, before, describe, test } from "node:test";
 import { serve } from "@hono/node-server";
 import { type Challenge, findProtoChallenge, parseWwwAuthenticate, signRequest } from "@proto/protocol";
+import { createTestCA, type TestFetch, testFetch } from "@proto/testkit";
 import Fastify, { type FastifyInstance } from "fastify";
 import { decodeJwt, decodeProtectedHeader, SignJWT } from "jose";
 import { agentRoute, createService, mcpRoute } from "../src/fastify.js";
 import { type BearerContext, createKit, type Kit, type KitStore, openKitStore, toFetchResponse } from "../src/index.js";
 import { type Answer, answer, TestAttestor } from "./support/attestor.js";
-import { Browser, field, type PageAnswer } from "./support/browser.js";
+import { allowedConsent, Browser, field, type PageAnswer } from "./support/browser.js";
 import {
   type Agent,
   createTestDatabase,
@@ -23,15 +24,20 @@ import {
 } from "./support/env.js";
 
 /**
- * Issue 24, the kit as an OAuth resource server for an MCP endpoint: a Fastify service on a real
- * port with `mcpRoute`, our attestor in process (on the suite's clock) issuing RFC 9068 access
- * tokens to linked agents (JWT-bearer grant) and to a person's MCP client (authorization code with
- * PKCE, the person signing in by e-mail and consenting), and every request sent with fetch.
+ * Issue 24, the kit as an OAuth resource server for an MCP endpoint: a Fastify service over HTTPS
+ * on a real port with `mcpRoute`, our attestor in process (on the suite's clock) issuing RFC 9068
+ * access tokens to linked agents (JWT-bearer grant) and to a person's MCP client (authorization
+ * code with PKCE, the person signing in by e-mail and consenting), and every request sent with
+ * fetch. The service declares `notes` as a default permission: the attestor reads it from the
+ * service's discovery document (trusting the suite's CA) and grants no other scope (issue 38).
  */
 
 reportSkippedEngines();
 
 const CALLBACK = "http://127.0.0.1:9/callback";
+
+/** What the resource requires, declared by the service so that the attestor may grant it. */
+const PERMISSIONS = { notes: { description: "Read and write your notes", default: true } };
 
 /** A refusal as a client sees it: the status, the envelope, and the challenges in order. */
 interface Refusal {
@@ -53,22 +59,28 @@ for (const engine of ENGINES) {
     let serviceDid: string;
     let resource: string;
     let metadataUrl: string;
+    /** fetch trusting the suite's CA, for the service over HTTPS. */
+    let tlsFetch: TestFetch;
+    const fetchService = (url: string, init?: RequestInit) =>
+      tlsFetch(url, init as Parameters<TestFetch>[1]) as unknown as Promise<Response>;
 
     before(async () => {
       database = await createTestDatabase(engine);
       store = await openKitStore(database.url);
       clock = new TestClock();
-      attestor = await TestAttestor.start(clock, []);
+      const ca = await createTestCA();
+      tlsFetch = testFetch(ca);
+      attestor = await TestAttestor.start(clock, [], "127.0.0.1", { servicesCa: ca.certPem });
       const port = await freePort();
-      origin = `http://127.0.0.1:${port}`;
+      origin = `https://127.0.0.1:${port}`;
       // The did:web of the host: the subject of access tokens is then the sub_h of attestations.
       serviceDid = `did:web:127.0.0.1%3A${port}`;
       resource = `${origin}/mcp`;
       metadataUrl = `${origin}/.well-known/oauth-protected-resource/mcp`;
       kit = await createKit({
         publicUrl: origin,
-        allowHttp: true,
         discovery: { service_did: serviceDid, features: ["attestation"], recipient_types: ["oidc"] },
+        permissions: PERMISSIONS,
         attestors: { "proto-trust": { url: attestor.url, allowHttp: true } },
         serviceName: "Notes",
         store,
@@ -77,7 +89,9 @@ for (const engine of ENGINES) {
           throw error;
         },
       });
-      app = Fastify({ logger: false });
+      const tls = await ca.issue(["127.0.0.1"]);
+      // The kit's Fastify helpers are typed for Fastify's default (http) server; https routes alike.
+      app = Fastify({ logger: false, https: { key: tls.keyPem, cert: tls.certPem } }) as unknown as FastifyInstance;
       await app.register(createService(kit));
       // The same agent on the signed path: RFC 9421 signature plus an attestation.
       app.get("/api/whoami", agentRoute(kit), async (request) => ({
@@ -109,6 +123,7 @@ for (const engine of ENGINES) {
       await kit?.close();
       await store?.close();
       await attestor?.close();
+      await tlsFetch?.close();
       await database?.drop();
     });
 
@@ -125,7 +140,7 @@ for (const engine of ENGINES) {
         headers["content-type"] = "application/json";
         init.body = JSON.stringify(options.body);
       }
-      return answer(await fetch(`${origin}${path}`, init));
+      return answer(await fetchService(`${origin}${path}`, init));
     }
 
     /** A signed request (RFC 9421 over the public URL) with an attestation, over HTTP. */
@@ -135,7 +150,7 @@ for (const engine of ENGINES) {
         { keyid: agent.did, privateKey: agent.privateKey, created: clock.nowSeconds() },
       );
       return answer(
-        await fetch(`${origin}${path}`, { headers: { ...request.headers, "proto-attestation": attestation } }),
+        await fetchService(`${origin}${path}`, { headers: { ...request.headers, "proto-attestation": attestation } }),
       );
     }
 
@@ -219,17 +234,17 @@ for (const engine of ENGINES) {
         resource_name: "Notes",
       };
       for (const url of [metadataUrl, `${origin}/.well-known/oauth-protected-resource`]) {
-        const got = await answer(await fetch(url));
+        const got = await answer(await fetchService(url));
         assert.equal(got.status, 200, got.text);
         assert.match(got.headers.get("content-type") ?? "", /^application\/json/);
         assert.equal(got.headers.get("access-control-allow-origin"), "*");
         assert.equal(got.headers.get("cache-control"), "public, max-age=300");
         assert.deepEqual(got.json, expected);
-        const head = await fetch(url, { method: "HEAD" });
+        const head = await fetchService(url, { method: "HEAD" });
         assert.equal(head.status, 200);
         assert.equal(await head.text(), "");
         // A browser's preflight before a GET with MCP's own headers.
-        const preflight = await fetch(url, {
+        const preflight = await fetchService(url, {
           method: "OPTIONS",
           headers: {
             origin: "https://client.example",
@@ -255,7 +270,7 @@ for (const engine of ENGINES) {
       // The challenge's metadata URL is the document (what an MCP client fetches next).
       const refused = await call("GET", "/mcp");
       const bearer = challenges(refused).find((c) => c.scheme === "Bearer") as Challenge;
-      const document = await answer(await fetch(bearer.params.resource_metadata as string));
+      const document = await answer(await fetchService(bearer.params.resource_metadata as string));
       assert.equal(document.json.resource, resource);
       // Another scheme is no token either.
       assertRefused(await call("GET", "/mcp", { headers: { authorization: "Basic YWxpY2U6c2VjcmV0" } }), {
@@ -399,11 +414,9 @@ for (const engine of ENGINES) {
       let page: PageAnswer = await browser.get(authorize);
       for (let hops = 0; hops < 10; hops++) {
         if (page.status === 200 && page.text.includes('action="/oidc/consent"')) {
-          const form: Record<string, string> = { decision: "allow" };
-          for (const m of page.text.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
-            form[m[1] as string] = field(page.text, m[1] as string);
-          }
-          page = await browser.send("POST", `${attestor.url}/oidc/consent`, { form });
+          // The service describes `notes`: its box is ticked, and Allow sends it.
+          assert.match(page.text, /Read and write your notes/);
+          page = await browser.send("POST", `${attestor.url}/oidc/consent`, { form: allowedConsent(page.text) });
           continue;
         }
         assert.ok(page.status >= 300 && page.status < 400 && page.location !== undefined, page.text);
@@ -434,7 +447,9 @@ for (const engine of ENGINES) {
     test("a token for another resource: 401 invalid_token", async () => {
       const agent = await attestor.link(newAgent(), emailAddress("mcp-aud"));
       for (const elsewhere of [`${origin}/other-mcp`, "https://notes.example/mcp", `${resource}/`]) {
-        const token = await agentToken(agent, { resource: elsewhere });
+        // notes.example declares nothing the attestor can read, so no scope can be asked of it.
+        const scope = elsewhere.startsWith(origin) ? "notes" : "";
+        const token = await agentToken(agent, { resource: elsewhere, scope });
         assertRefused(await call("POST", "/mcp", { token, body: {} }), {
           status: 401,
           code: "invalid_token",
@@ -496,10 +511,12 @@ for (const engine of ENGINES) {
 
     test("a token without the resource's scope: 403 insufficient_scope naming it; nothing stored", async () => {
       const agent = await attestor.link(newAgent(), emailAddress("mcp-scope"));
-      for (const scope of ["", "calendar"]) {
-        const refused = await call("POST", "/mcp", { token: await agentToken(agent, { scope }), body: {} });
-        assertRefused(refused, { status: 403, code: "insufficient_scope", bearerError: "insufficient_scope" });
-      }
+      const refused = await call("POST", "/mcp", { token: await agentToken(agent, { scope: "" }), body: {} });
+      assertRefused(refused, { status: 403, code: "insufficient_scope", bearerError: "insufficient_scope" });
+      // A scope the service does not declare is not issued at all (issue 38).
+      const undeclared = await attestor.jwtBearer(agent, resource, "calendar");
+      assert.equal(undeclared.status, 400, undeclared.text);
+      assert.equal(undeclared.json.error, "invalid_scope");
       assert.equal(await store.findAccountByDid(agent.did), undefined, "nothing stored");
     });
 

@@ -62,6 +62,13 @@ export class TestAttestor {
     oidcClients: { client_id: string; service_did: string; redirect_uris: string[] }[],
     /** `localhost` for passkeys: WebAuthn's relying-party ID must be a domain, not an address. */
     hostname = "127.0.0.1",
+    options: {
+      /**
+       * The CA of services on this machine whose discovery documents it reads (an OAuth scope is
+       * a service's declared permission): it trusts the CA and fetches from loopback addresses.
+       */
+      servicesCa?: string;
+    } = {},
   ) {
     const port = await freePort();
     const url = `http://${hostname}:${port}`;
@@ -75,8 +82,13 @@ export class TestAttestor {
       TRUST_RATE_LIMITS: "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60",
       TRUST_OIDC_CLIENTS: JSON.stringify(oidcClients),
       LOG_LEVEL: "warn",
+      ...(options.servicesCa === undefined ? {} : { PROTO_FETCH_ALLOW_PRIVATE: "1" }),
     };
-    const trust = await buildTrustApp(readTrustConfig(env), { clock, logStream: quiet() });
+    const trust = await buildTrustApp(readTrustConfig(env), {
+      clock,
+      logStream: quiet(),
+      ...(options.servicesCa === undefined ? {} : { fetchCa: options.servicesCa }),
+    });
     await trust.app.listen({ port, host: "127.0.0.1" });
     return new TestAttestor(url, trust, clock, dir);
   }

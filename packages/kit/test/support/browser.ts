@@ -5,6 +5,22 @@ import type { Answer, TestAttestor } from "./attestor.js";
 
 export { field, link };
 
+/**
+ * The attestor's consent form as a browser sends it on Allow: its hidden fields and the boxes
+ * ticked as the page opened (a disabled box is never sent).
+ */
+export function allowedConsent(page: string): Record<string, string> {
+  const form: Record<string, string> = { decision: "allow" };
+  for (const m of page.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
+    form[m[1] as string] = unescapeHtml(m[2] as string);
+  }
+  for (const m of page.matchAll(/<input type="checkbox" name="([^"]+)" value="([^"]*)"([^>]*)>/g)) {
+    const flags = m[3] as string;
+    if (/\bchecked\b/.test(flags) && !/\bdisabled\b/.test(flags)) form[m[1] as string] = unescapeHtml(m[2] as string);
+  }
+  return form;
+}
+
 export interface PageAnswer extends Answer {
   url: string;
   location: string | undefined;
@@ -133,11 +149,7 @@ export class Browser {
 
   /** Posts the consent page's form with Allow, as pressing the button does. */
   async #allow(page: PageAnswer, attestor: TestAttestor): Promise<PageAnswer> {
-    const form: Record<string, string> = { decision: "allow" };
-    for (const m of page.text.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
-      form[m[1] as string] = unescapeHtml(m[2] as string);
-    }
-    return this.send("POST", `${attestor.url}/oidc/consent`, { form });
+    return this.send("POST", `${attestor.url}/oidc/consent`, { form: allowedConsent(page.text) });
   }
 
   async #signInByEmail(signinUrl: string, attestor: TestAttestor, email: string): Promise<PageAnswer> {
