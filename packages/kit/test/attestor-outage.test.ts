@@ -83,7 +83,8 @@ for (const engine of ENGINES) {
         account_id: request.proto?.account.account_id,
         created: request.proto?.created,
       }));
-      mcpRoute(app, kit, { path: "/mcp", scopes: ["notes"] }, async (request) => ({
+      // No scope required: this suite is about the key set, not about what a token may do.
+      mcpRoute(app, kit, { path: "/mcp" }, async (request) => ({
         subject: (request.bearer as BearerContext).subject,
       }));
       await app.listen({ port, host: "127.0.0.1" });
@@ -117,8 +118,9 @@ for (const engine of ENGINES) {
       );
     }
 
+    /** An access token asking no scope: the attestor then needs nothing from the service's document. */
     async function accessToken(agent: Agent): Promise<string> {
-      const issued = await attestor.jwtBearer(agent, `${origin}/mcp`, "notes");
+      const issued = await attestor.jwtBearer(agent, `${origin}/mcp`);
       assert.equal(issued.status, 200, issued.text);
       return issued.json.access_token as string;
     }
