@@ -3,14 +3,16 @@
  * `StreamableHTTPServerTransport` (stateless) on node:http behind a TLS front, guarded the way
  * an OAuth-protected MCP server is: a bearer access token verified with jose against the issuing
  * attestor's key set (`typ` at+jwt, `iss` the attestor, `aud` this server's URL), else a 401
- * naming its RFC 9728 metadata, which lists the attestors it takes tokens from.
+ * naming its RFC 9728 metadata, which lists the attestors it takes tokens from. Its discovery
+ * document declares `tools` a default permission: the scope an attestor may grant an agent here.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AuthInfo } from "@modelcontextprotocol/sdk/server/auth/types.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { PROTO_VERSION } from "@proto/protocol";
 import type { TestCA } from "@proto/testkit";
-import { testFetch } from "@proto/testkit";
+import { DISCOVERY_PATH, testFetch } from "@proto/testkit";
 import { createRemoteJWKSet, customFetch, decodeJwt, type JWTPayload, jwtVerify } from "jose";
 import { z } from "zod";
 import { startTlsFront } from "./env.js";
@@ -112,6 +114,13 @@ export async function startMcpServer(
         authorization_servers: state.authorizationServers,
         scopes_supported: ["tools"],
         bearer_methods_supported: ["header"],
+      });
+    }
+    if (path === DISCOVERY_PATH) {
+      return json(res, 200, {
+        proto_version: PROTO_VERSION,
+        service_did: `did:web:${new URL(front.url).host.replace(":", "%3A")}`,
+        permissions: { tools: { description: "Use the tools", default: true } },
       });
     }
     if (path !== "/mcp") return json(res, 404, { error: "not_found" });
