@@ -2,10 +2,10 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, beforeEach, describe, test } from "node:test";
 import { readGrantClaims } from "@proto/protocol";
-import { createTestCA, type TestCA } from "@proto/testkit";
+import { createTestCA, type TestCA, unescapeHtml } from "@proto/testkit";
 import { Browserless, type PageAnswer } from "./support/browser-session.js";
 import { agentAssertion, assertOAuthError, grantTo, JWT_BEARER, pkce, verifyAccessToken } from "./support/oauth.js";
-import { answerConsent, consentBoxes, signInByEmail } from "./support/people.js";
+import { answerConsent, consentBoxes, signInByEmail, visibleText } from "./support/people.js";
 import { type Site, type SiteHost, startSiteHost } from "./support/sites.js";
 import { reportSkippedVariants, STORE_VARIANTS } from "./support/stores.js";
 import { freePort, RELAXED_RATE_LIMITS, startTrustHarness, type TrustHarness } from "./support/trust.js";
@@ -15,7 +15,8 @@ import { freePort, RELAXED_RATE_LIMITS, startTrustHarness, type TrustHarness } f
  * (JWT-bearer) gets the scopes it asks for within its grant for the resource's service, else
  * within the service's default permissions, as its discovery document declares them over HTTPS;
  * a person (code flow) sees each scope in the service's words and the code carries only what they
- * left ticked. Every answer as an OAuth client sees it.
+ * left ticked, never a permission that needs a passkey unless they signed in with one; a spending
+ * permission is said to spend nothing until a limit is set. Every answer as an OAuth client sees it.
  */
 
 reportSkippedVariants();
@@ -251,33 +252,93 @@ describe("the scopes OAuth access tokens carry", () => {
 
         test("the page names each scope in the service's words, openid as who you are; an undeclared one is unticked and cannot be allowed", async () => {
           const p = await pkce();
-          const page = await authorize("openid notes:read notes:delete admin", p.challenge);
+          const page = await authorize("openid notes:read notes:write admin", p.challenge);
           assert.equal(page.status, 200, page.text);
           assert.deepEqual(consentBoxes(page), [
             { scope: "openid", checked: true, disabled: false },
             { scope: "notes:read", checked: true, disabled: false },
-            { scope: "notes:delete", checked: true, disabled: false },
+            { scope: "notes:write", checked: true, disabled: false },
             { scope: "admin", checked: false, disabled: true },
           ]);
           assert.match(page.text, /Confirm to Desk Assistant who you are, by an identifier made for it alone/);
           assert.match(page.text, /<bdi>Read your notes<\/bdi><\/span><code>notes:read<\/code>/);
-          assert.match(page.text, /<bdi>Delete your notes<\/bdi><\/span><code>notes:delete<\/code>/);
+          assert.match(page.text, /<bdi>Write and edit your notes<\/bdi><\/span><code>notes:write<\/code>/);
           assert.match(
             page.text,
             /Not described by the service, so it cannot be allowed\.<\/span><\/span><code>admin<\/code>/,
           );
           // As the page is posted: what is ticked, and nothing the service does not declare.
           const tokens = await redeem(await answerConsent(person, page, "allow"), p.verifier);
-          assert.equal(tokens.json.scope, "openid notes:read notes:delete");
+          assert.equal(tokens.json.scope, "openid notes:read notes:write");
           assert.equal(typeof tokens.json.id_token, "string");
           const claims = await verifyAccessToken(h, tokens.json.access_token, resourceOf(notes));
-          assert.equal(claims.scope, "openid notes:read notes:delete");
+          assert.equal(claims.scope, "openid notes:read notes:write");
+        });
+
+        test("a permission that needs a passkey, after an e-mail sign-in: shown disabled with how to allow it; a forged form ticking it does not get it", async () => {
+          const p = await pkce();
+          const page = await authorize("notes:read notes:delete", p.challenge);
+          assert.equal(page.status, 200, page.text);
+          assert.deepEqual(consentBoxes(page), [
+            { scope: "notes:read", checked: true, disabled: false },
+            { scope: "notes:delete", checked: false, disabled: true },
+          ]);
+          const text = visibleText(page);
+          assert.match(text, /Delete your notes notes:delete needs a passkey: sign in with a passkey to allow it/);
+          // The link signs in with a passkey and comes back to this very request.
+          const signIn = /<a href="([^"]+)">sign in with a passkey<\/a>/.exec(page.text)?.[1];
+          assert.ok(signIn, page.text);
+          const target = new URL(unescapeHtml(signIn), trustUrl);
+          assert.equal(target.pathname, "/signin");
+          assert.equal(target.searchParams.get("passkey"), "required");
+          const back = new URL(target.searchParams.get("next") ?? "", trustUrl);
+          assert.equal(back.pathname, "/oidc/authorize");
+          assert.equal(back.searchParams.get("scope"), "notes:read notes:delete");
+          assert.equal(back.searchParams.get("code_challenge"), p.challenge);
+          const asked = await person.get(target.pathname + target.search);
+          assert.equal(asked.status, 200, asked.text);
+          assert.match(visibleText(asked), /To go on, sign in with a passkey/);
+
+          // A form that ticks it anyway (forged, or the box enabled by hand) gets what else was ticked.
+          const forged = await answerConsent(person, page, "allow", { granted: ["notes:read", "notes:delete"] });
+          const tokens = await redeem(forged, p.verifier);
+          assert.equal(tokens.json.scope, "notes:read");
+          assert.equal((await verifyAccessToken(h, tokens.json.access_token, resourceOf(notes))).scope, "notes:read");
+          // Only that: nothing is left for a passkey-protected permission alone.
+          const alone = await pkce();
+          const onlyDelete = await authorize("notes:delete", alone.challenge);
+          assert.match(visibleText(onlyDelete), /What is asked here needs a passkey to allow\./);
+          const none = await redeem(
+            await answerConsent(person, onlyDelete, "allow", { granted: ["notes:delete"] }),
+            alone.verifier,
+          );
+          assert.equal(none.json.scope, undefined);
+        });
+
+        test("a spending permission: ticked, and said to spend nothing until a limit is set; the token carries it without limits", async () => {
+          const p = await pkce();
+          const page = await authorize("notes:read purchase", p.challenge);
+          assert.deepEqual(consentBoxes(page), [
+            { scope: "notes:read", checked: true, disabled: false },
+            { scope: "purchase", checked: true, disabled: false },
+          ]);
+          const text = visibleText(page);
+          assert.match(
+            text,
+            /Pay for pinned notes purchase spends in EUR · no spending until you set a limit on your account/,
+          );
+          assert.doesNotMatch(text, /Read your notes notes:read spends/);
+          const tokens = await redeem(await answerConsent(person, page, "allow"), p.verifier);
+          const claims = await verifyAccessToken(h, tokens.json.access_token, resourceOf(notes));
+          assert.equal(claims.scope, "notes:read purchase");
+          // No limit, so no spending: docs/authority.md.
+          assert.equal(claims.authorization_details, undefined);
         });
 
         test("an unticked scope is left out of the code and the token; a forged form naming `admin` or a scope not asked gets neither", async () => {
           const p = await pkce();
-          const page = await authorize("notes:read notes:delete admin", p.challenge);
-          const back = await answerConsent(person, page, "allow", { granted: ["notes:read", "admin", "notes:write"] });
+          const page = await authorize("notes:read notes:write admin", p.challenge);
+          const back = await answerConsent(person, page, "allow", { granted: ["notes:read", "admin", "purchase"] });
           const tokens = await redeem(back, p.verifier);
           assert.equal(tokens.json.scope, "notes:read");
           assert.equal((await verifyAccessToken(h, tokens.json.access_token, resourceOf(notes))).scope, "notes:read");
@@ -287,7 +348,7 @@ describe("the scopes OAuth access tokens carry", () => {
               grant_type: "refresh_token",
               refresh_token: tokens.json.refresh_token,
               client_id: clientId,
-              scope: "notes:read notes:delete",
+              scope: "notes:read notes:write",
             }),
             400,
             "invalid_scope",
@@ -296,7 +357,7 @@ describe("the scopes OAuth access tokens carry", () => {
 
         test("a live access skips consent only within what it granted: asking for more shows the page again (prompt=none: consent_required)", async () => {
           const first = await pkce();
-          const page = await authorize("notes:read notes:delete", first.challenge, notes, { state: "first" });
+          const page = await authorize("notes:read notes:write", first.challenge, notes, { state: "first" });
           await redeem(await answerConsent(person, page, "allow", { granted: ["notes:read"] }), first.verifier);
 
           const within = await pkce();
@@ -306,13 +367,13 @@ describe("the scopes OAuth access tokens carry", () => {
           assert.equal(tokens.json.scope, "notes:read");
 
           const wider = await pkce();
-          const asked = await authorize("notes:read notes:delete", wider.challenge);
+          const asked = await authorize("notes:read notes:write", wider.challenge);
           assert.equal(asked.status, 200, "wider than the grant: the person is asked again");
           assert.deepEqual(
             consentBoxes(asked).map((box) => box.scope),
-            ["notes:read", "notes:delete"],
+            ["notes:read", "notes:write"],
           );
-          const silentAsk = await authorize("notes:read notes:delete", wider.challenge, notes, { prompt: "none" });
+          const silentAsk = await authorize("notes:read notes:write", wider.challenge, notes, { prompt: "none" });
           assert.equal(silentAsk.status, 302);
           assert.equal(new URL(silentAsk.location ?? "").searchParams.get("error"), "consent_required");
         });

@@ -30,6 +30,14 @@ export async function signInByEmail(h: TrustHarness, b: Browserless, email: stri
   assert.equal(done.status, 303, done.text);
 }
 
+/** A page's text as a person reads it: no tags, entities decoded, spaces collapsed. */
+export function visibleText(page: PageAnswer): string {
+  return unescapeHtml(page.text.replace(/<(script|style)[\s\S]*?<\/\1>/g, " ").replace(/<[^>]+>/g, " "))
+    .replace(/\s+/g, " ")
+    .replace(/ ([.,;?!])/g, "$1")
+    .trim();
+}
+
 /** A box of the consent page's scopes: its scope, and how the page shows it. */
 export interface ConsentBox {
   scope: string;

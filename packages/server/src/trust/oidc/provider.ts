@@ -399,7 +399,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
     if (checked.resource !== undefined) {
       try {
         const declaration = await readableDeclaration(deps.declarations, checked.resource, request.ip);
-        scopes = scopeChoices(checked.scopes, declaration);
+        scopes = scopeChoices(checked.scopes, declaration, session.authMethod === "passkey");
       } catch (error) {
         if (error instanceof FetchRefused) return refusedPage(reply, error, "The service's permissions");
         throw error;
@@ -420,6 +420,8 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
       },
       resource: checked.resource,
       scopes,
+      // Back to this very request once signed in with a passkey, as for `acr_values` above.
+      passkeySignIn: `/signin?next=${encodeURIComponent(`${OAUTH_PATHS.authorization}?${new URLSearchParams(carried(checked))}`)}&passkey=required`,
       pseudonym: service.pseudonym(session.humanId, audience),
       redirectUri: checked.redirectUri,
       request: carried(checked),
@@ -467,7 +469,7 @@ export async function oidcProvider(app: FastifyInstance, deps: OidcProviderDeps)
         const ticked = Object.entries(request.body)
           .filter(([name, value]) => GRANTED_FIELD.test(name) && typeof value === "string")
           .map(([, value]) => value as string);
-        const scope = consentedScope(checked.scopes, ticked, declaration).join(" ");
+        const scope = consentedScope(checked.scopes, ticked, declaration, session.authMethod === "passkey").join(" ");
         return issueCode(reply, { ...checked, scope }, session);
       }
       await consents.grantConsent(

@@ -3,6 +3,8 @@
  * scopes are its service's declared permissions, read from the discovery document at the
  * resource's origin, which must call itself the resource's audience. A token carries only what
  * the person granted: ticked on the consent page, or their agent's grant (else the defaults).
+ * A permission the service protects with a passkey is granted on the consent page only by a
+ * person signed in with one.
  */
 
 import type { DiscoveryPermission } from "@proto/protocol";
@@ -62,18 +64,43 @@ export interface ScopeChoice {
   description?: string;
   /** Ticked when the page opens: the identity and what the service describes. */
   ticked: boolean;
-  /** Whether it can be granted at all: not when the service declares permissions but not this one. */
+  /**
+   * Whether it can be granted here: not when the service declares permissions but not this one,
+   * nor when it needs a passkey and the person did not sign in with one.
+   */
   grantable: boolean;
+  /** Declared `phishing_resistant`, asked of a person who did not sign in with a passkey. */
+  needsPasskey?: true;
+  /**
+   * The currency of a spending permission. Granted here it carries no spend limit, so the token
+   * allows no spending with it (docs/authority.md).
+   */
+  currency?: string;
 }
 
-/** The requested scopes, in their order, as the person is asked about them. */
-export function scopeChoices(requested: readonly string[], declaration: ServiceDeclaration | undefined): ScopeChoice[] {
+/** The requested scopes, in their order, as a person signed in with `passkey` (or not) is asked about them. */
+export function scopeChoices(
+  requested: readonly string[],
+  declaration: ServiceDeclaration | undefined,
+  passkey: boolean,
+): ScopeChoice[] {
   const closed = declaresPermissions(declaration);
   return requested.map((name) => {
     if (name === IDENTITY_SCOPE) return { name, kind: "identity", ticked: true, grantable: true };
     const permission = declared(declaration, name);
     if (permission !== undefined) {
-      return { name, kind: "declared", description: permission.description, ticked: true, grantable: true };
+      // A session opened by e-mail may be someone who got hold of the mailbox: what the service
+      // protects with a passkey is not theirs to give.
+      const lacksPasskey = permission.phishing_resistant === true && !passkey;
+      return {
+        name,
+        kind: "declared",
+        description: permission.description,
+        ticked: !lacksPasskey,
+        grantable: !lacksPasskey,
+        ...(lacksPasskey ? { needsPasskey: true as const } : {}),
+        ...(permission.currency === undefined ? {} : { currency: permission.currency }),
+      };
     }
     return { name, kind: "undescribed", ticked: false, grantable: !closed };
   });
@@ -81,15 +108,17 @@ export function scopeChoices(requested: readonly string[], declaration: ServiceD
 
 /**
  * The scope a code is issued with: what the person ticked of what was asked, less whatever cannot
- * be granted (a form can be forged: a scope not offered, or not grantable, is dropped here).
+ * be granted (a form can be forged: a scope not offered, not grantable, or needing a passkey the
+ * session was not opened with, is dropped here).
  */
 export function consentedScope(
   requested: readonly string[],
   ticked: readonly string[],
   declaration: ServiceDeclaration | undefined,
+  passkey: boolean,
 ): string[] {
   const chosen = new Set(ticked);
-  return scopeChoices(requested, declaration)
+  return scopeChoices(requested, declaration, passkey)
     .filter((choice) => choice.grantable && chosen.has(choice.name))
     .map((choice) => choice.name);
 }

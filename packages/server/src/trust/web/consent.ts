@@ -22,6 +22,8 @@ export interface ConsentView {
   resource: string | undefined;
   /** The scopes asked for the resource, each as the person may allow it; absent for a sign-in. */
   scopes?: ScopeChoice[];
+  /** Where the person signs in with a passkey and comes back to this request. */
+  passkeySignIn: string;
   /** The pairwise `sub` the service would receive. */
   pseudonym: string;
   /** Where the browser returns: shown so a look-alike name cannot hide a foreign address. */
@@ -52,11 +54,26 @@ function scopeWords(choice: ScopeChoice, appName: string): SafeHtml {
 function scopeHint(host: string, scopes: ScopeChoice[]): string {
   if (scopes.some((choice) => choice.ticked)) return "Untick anything you do not want to allow.";
   if (scopes.some((choice) => choice.grantable)) return "Tick only what you want to allow.";
+  if (scopes.some((choice) => choice.needsPasskey)) return "What is asked here needs a passkey to allow.";
   return `${host} describes none of these, so none can be allowed.`;
 }
 
+/** What the person should know beside a box: a passkey it needs, spending it does not allow. */
+function scopeNotes(choice: ScopeChoice, passkeySignIn: string): SafeHtml | string {
+  const notes: SafeHtml[] = [];
+  if (choice.needsPasskey) {
+    notes.push(html`needs a passkey: <a href="${passkeySignIn}">sign in with a passkey</a> to allow it`);
+  }
+  // Consent sets no spend limit, and without one a spending permission spends nothing.
+  if (choice.currency !== undefined) {
+    notes.push(html`spends in ${choice.currency} · no spending until you set a limit on your account`);
+  }
+  if (notes.length === 0) return "";
+  return html`<span class="choice-note">${notes.map((note, index) => (index === 0 ? note : html` · ${note}`))}</span>`;
+}
+
 /** The scopes asked for, one box each: ticked for what the service describes, the person unticks any. */
-function scopeList(appName: string, host: string, scopes: ScopeChoice[]): SafeHtml {
+function scopeList(appName: string, host: string, scopes: ScopeChoice[], passkeySignIn: string): SafeHtml {
   if (scopes.length === 0) {
     return html`<h2>What ${appName} may do at ${host}</h2>
 <p>It asks for no permission by name.</p>`;
@@ -68,7 +85,10 @@ function scopeList(appName: string, host: string, scopes: ScopeChoice[]): SafeHt
     (choice, index) =>
       html`<li><label><input type="checkbox" name="granted.${index}" value="${choice.name}"${
         choice.ticked ? html` checked` : ""
-      }${choice.grantable ? "" : html` disabled`}><span>${scopeWords(choice, appName)}</span><code>${choice.name}</code></label></li>`,
+      }${choice.grantable ? "" : html` disabled`}><span>${scopeWords(choice, appName)}</span><code>${choice.name}</code>${scopeNotes(
+        choice,
+        passkeySignIn,
+      )}</label></li>`,
   )}
 </ul>`;
 }
@@ -113,7 +133,7 @@ ${loopback}
 <form method="post" action="/oidc/consent">
   <input type="hidden" name="_csrf" value="${view.csrf}">
   ${Object.entries(view.request).map(([key, value]) => html`<input type="hidden" name="${key}" value="${value}">`)}
-  ${resourceHost === undefined ? "" : scopeList(name, resourceHost, view.scopes ?? [])}
+  ${resourceHost === undefined ? "" : scopeList(name, resourceHost, view.scopes ?? [], view.passkeySignIn)}
 <h2>${resourceHost ?? name} will receive</h2>
 <ul>
   <li>An identifier made for this service alone: <code title="${view.pseudonym}">${shortenDid(view.pseudonym)}</code>.
