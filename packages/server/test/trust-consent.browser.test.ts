@@ -4,7 +4,13 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { createTestCA, launchChromium, type TestCA } from "@proto/testkit";
+import {
+  addVirtualAuthenticator,
+  createTestCA,
+  launchChromium,
+  NO_PASSKEY_AUTOFILL,
+  type TestCA,
+} from "@proto/testkit";
 import { decodeJwt } from "jose";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { inPage } from "./support/page-checks.js";
@@ -25,8 +31,10 @@ import {
  * Issue 17 (items 3 and 4) in a real browser: the consent page of the OpenID provider (Allow,
  * Deny, remembered, disconnected on /account) and the account page's Revoke, which asks first
  * and then says what it did. Issue 38: an access request's scopes, each in its service's words,
- * left out when unticked. Screenshots at desktop and phone width (375 px) go to
- * `PROTO_SCREENSHOT_DIR` when set.
+ * left out when unticked; one that needs a passkey can be allowed only once signed in with a
+ * passkey (Chromium's virtual authenticator); a spending one is said to spend nothing until a
+ * limit is set. Screenshots at desktop and phone width (375 px) go to `PROTO_SCREENSHOT_DIR` when
+ * set.
  */
 
 reportSkippedVariants();
@@ -124,7 +132,8 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         smtp = await startSmtpCollector();
         rp = await startRelyingParty();
         const port = await freePort();
-        origin = `http://127.0.0.1:${port}`;
+        // WebAuthn needs a secure context and a domain: localhost, not an IP address.
+        origin = `http://localhost:${port}`;
         h = await startTrustHarness(variant, {
           port,
           fetchCa: ca.certPem,
@@ -139,6 +148,8 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
           },
         });
         context = await browser.newContext({ viewport: VIEWPORTS[0] });
+        // The passkey is used when the person presses for it, not offered at once by autofill.
+        await context.addInitScript(NO_PASSKEY_AUTOFILL);
         context.on("console", (message) => {
           if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
         });
@@ -355,7 +366,7 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         assert.deepEqual(cspViolations, []);
       });
 
-      test("an MCP client's scopes: each in the service's words, an unticked one left out of the token; `admin` is not described, unticked, and never granted", async () => {
+      test("an MCP client's scopes: each in the service's words, an unticked one left out of the token; `admin` is not described, unticked, and never granted; deleting needs a passkey sign-in, paying spends nothing until a limit is set", async () => {
         const registered = await fetch(`${origin}/oidc/register`, {
           method: "POST",
           headers: { "content-type": "application/json" },
@@ -397,26 +408,31 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         }
 
         // Every scope asked for is named, in the service's words, with its box.
-        const tokens = await authorizeFor("notes:read notes:delete admin", async () => {
+        const tokens = await authorizeFor("notes:read notes:delete purchase admin", async () => {
           const scopes = page.getByRole("list", { name: `What Note Taker may do at ${notes.authority}` });
           assert.deepEqual(
             (await scopes.getByRole("listitem").allInnerTexts()).map((item) => item.replace(/\s+/g, " ").trim()),
             [
               "Read your notes notes:read",
-              "Delete your notes notes:delete",
+              // Signed in by e-mail: what the service protects with a passkey cannot be given.
+              "Delete your notes notes:delete needs a passkey: sign in with a passkey to allow it",
+              "Pay for pinned notes purchase spends in EUR · no spending until you set a limit on your account",
               "Not described by the service, so it cannot be allowed. admin",
             ],
           );
           const read = scopes.getByRole("checkbox", { name: "Read your notes notes:read" });
-          const remove = scopes.getByRole("checkbox", { name: "Delete your notes notes:delete" });
+          const remove = scopes.getByRole("checkbox", { name: /^Delete your notes notes:delete/ });
+          const purchase = scopes.getByRole("checkbox", { name: /^Pay for pinned notes purchase/ });
           const admin = scopes.getByRole("checkbox", { name: /admin$/ });
           assert.equal(await read.isChecked(), true);
-          assert.equal(await remove.isChecked(), true);
+          assert.equal(await remove.isChecked(), false);
+          assert.equal(await remove.isDisabled(), true);
+          assert.equal(await purchase.isChecked(), true);
           assert.equal(await admin.isChecked(), false);
           assert.equal(await admin.isDisabled(), true);
           await look("consent-scopes");
-          // The person leaves deleting out.
-          await remove.uncheck();
+          // The person leaves paying out.
+          await purchase.uncheck();
           await page.getByRole("button", { name: "Allow" }).click();
         });
         assert.equal(tokens.scope, "notes:read");
@@ -435,6 +451,32 @@ describe("consent and revoke in a browser", { skip: launched.skip, timeout: 240_
         });
         assert.equal(adminOnly.scope, undefined);
         assert.equal(decodeJwt(adminOnly.access_token).scope, undefined);
+
+        // Deleting needs a passkey: the person adds one, follows the page's link, signs in with
+        // it, and comes back to the same question with the box free to tick.
+        const key = await addVirtualAuthenticator(page);
+        await page.goto(`${origin}/account`);
+        await page.getByLabel("Name of the new passkey").fill("Ada's laptop");
+        await page.getByRole("button", { name: "Add a passkey" }).click();
+        await page.getByText("Passkey added.").waitFor();
+        const withPasskey = await authorizeFor("notes:read notes:delete", async () => {
+          const scopes = page.getByRole("list", { name: `What Note Taker may do at ${notes.authority}` });
+          assert.equal(await scopes.getByRole("checkbox", { name: /^Delete your notes/ }).isDisabled(), true);
+          await scopes.getByRole("link", { name: "sign in with a passkey" }).click();
+          await page.waitForURL((url) => url.pathname === "/signin");
+          await page.getByText("To go on, sign in with a passkey").waitFor();
+          await page.getByRole("button", { name: "Sign in with a passkey" }).click();
+          await page.getByRole("heading", { name: `Let Note Taker use ${notes.authority} as you?` }).waitFor();
+          const remove = scopes.getByRole("checkbox", { name: /^Delete your notes/ });
+          assert.equal(await remove.isDisabled(), false);
+          assert.equal(await remove.isChecked(), true);
+          assert.doesNotMatch(await scopes.innerText(), /needs a passkey/);
+          await look("consent-passkey");
+          await page.getByRole("button", { name: "Allow" }).click();
+        });
+        assert.equal(withPasskey.scope, "notes:read notes:delete");
+        assert.equal(decodeJwt(withPasskey.access_token).scope, "notes:read notes:delete");
+        await key.cdp.send("WebAuthn.removeVirtualAuthenticator", { authenticatorId: key.id });
         assert.deepEqual(cspViolations, []);
       });
     });
