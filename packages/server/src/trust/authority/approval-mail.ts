@@ -3,10 +3,11 @@
  * what is asked in the service's own descriptions, quotes the agent's reason as the agent's words,
  * and links to the approval page. It carries nothing secret: the page needs the person's session.
  */
+
+import { spendLimitPhrase as limitPhrase } from "@proto/protocol";
 import { html } from "../../platform/html.js";
 import type { Mail, Mailer } from "../mail.js";
 import type { Db } from "../store.js";
-import { limitPhrase } from "./amounts.js";
 import type { Approval } from "./approvals.js";
 
 /** The person's e-mail address in force, if they have one (people may sign in otherwise). */

@@ -6,12 +6,12 @@
  */
 import type {} from "@fastify/csrf-protection";
 import type { SpendLimit } from "@proto/protocol";
+import { spendLimitPhrase as limitPhrase } from "@proto/protocol";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Clock } from "../../platform/clock.js";
 import { ApiError } from "../../platform/errors.js";
 import { html, type SafeHtml } from "../../platform/html.js";
 import { SINGLE_LINE } from "../../platform/input-rules.js";
-import { limitPhrase } from "../authority/amounts.js";
 import {
   type Approval,
   type ApprovalReview,

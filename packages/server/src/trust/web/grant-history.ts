@@ -5,8 +5,8 @@
  * next change, read off the events.
  */
 import type { DiscoveryPermissions, SpendLimit } from "@proto/protocol";
+import { spendLimitPhrase as limitPhrase } from "@proto/protocol";
 import { html, type SafeHtml } from "../../platform/html.js";
-import { limitPhrase } from "../authority/amounts.js";
 import { diffGrant } from "../authority/changes.js";
 import type { GrantEvent } from "../authority/grants.js";
 import { date } from "./dates.js";

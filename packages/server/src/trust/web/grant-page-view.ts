@@ -4,8 +4,8 @@
  * passkey before a change that widens what the agent holds.
  */
 import type { DiscoveryPermissions } from "@proto/protocol";
+import { spendLimitPhrase as limitPhrase } from "@proto/protocol";
 import { html, type SafeHtml } from "../../platform/html.js";
-import { limitPhrase } from "../authority/amounts.js";
 import type { GrantDiff } from "../authority/changes.js";
 import type { Grant, GrantContent, GrantEvent } from "../authority/grants.js";
 import { defaultPermissions, type ServiceDeclaration } from "../authority/service-declarations.js";

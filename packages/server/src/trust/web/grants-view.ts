@@ -5,8 +5,8 @@
  * cached ServiceDeclarations; one that cannot be read leaves names without descriptions.
  */
 import type { SpendLimit } from "@proto/protocol";
+import { spendLimitPhrase as limitPhrase } from "@proto/protocol";
 import { html, type SafeHtml } from "../../platform/html.js";
-import { limitPhrase } from "../authority/amounts.js";
 import { type Grant, grantsOfBindings } from "../authority/grants.js";
 import {
   DeclarationProblem,
