@@ -122,6 +122,9 @@ describe(`GET / on the attestor (${VARIANT.name})`, () => {
       "link_poll",
       "token",
       "binding",
+      "grants",
+      "approvals",
+      "approval",
       "authorize",
       "oidc_token",
     ]);

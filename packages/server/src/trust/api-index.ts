@@ -1,4 +1,5 @@
 import { type ApiIndex, apiIndex } from "../platform/api-index.js";
+import { APPROVALS_PATH, GRANTS_PATH } from "./authority/agent-routes.js";
 import { OAUTH_PATHS } from "./oidc/metadata.js";
 import { TOKEN_PATH } from "./token-route.js";
 
@@ -16,6 +17,9 @@ export function trustApiIndex(publicUrl: string): ApiIndex {
       link_poll: "/v1/link/poll",
       token: TOKEN_PATH,
       binding: "/v1/bindings/{id}",
+      grants: GRANTS_PATH,
+      approvals: APPROVALS_PATH,
+      approval: `${APPROVALS_PATH}/{approval_id}`,
       authorize: OAUTH_PATHS.authorization,
       oidc_token: OAUTH_PATHS.token,
     },
