@@ -467,6 +467,13 @@ describe("approvals at the attestor", () => {
         const signedOut = await new Browserless(h.url).get(`/approvals/${id}`);
         assert.equal(signedOut.status, 303);
         assert.equal(signedOut.location, `/signin?next=${encodeURIComponent(`/approvals/${id}`)}`);
+        // The sign-in page says why, naming the service only (not the agent's words).
+        const signin = await new Browserless(h.url).get(signedOut.location as string);
+        assert.match(
+          signin.text,
+          /One of your agents asks for more at <strong>[^<]+<\/strong>\. Sign in to see the request/,
+        );
+        assert.doesNotMatch(signin.text, new RegExp(REASON));
       });
 
       test("10 requests a minute per agent, and a budget per person across their agents: 429 with Retry-After", async () => {

@@ -1,4 +1,5 @@
 import { html, type SafeHtml } from "../../platform/html.js";
+import { toApproval } from "../authority/approvals.js";
 import type { OidcClient } from "../oidc/clients.js";
 import type { TrustService } from "../service.js";
 import * as store from "../store.js";
@@ -13,7 +14,8 @@ export interface SigninContextDeps {
 
 /**
  * Why someone is asked to sign in, read from where they go next (`next`, already a same-origin
- * path): a pending link request names its agent, an OpenID authorization names its service.
+ * path): a pending link request names its agent, an agent's pending approval request its
+ * service, an OpenID authorization its service.
  * Only what the attestor itself holds is shown (the stored label, a registered client with that
  * exact redirect URI); nothing of `next` is shown as such, and anything else shows nothing.
  */
@@ -29,6 +31,16 @@ export async function signinContext(next: string, deps: SigninContextDeps): Prom
         ? html`An AI agent`
         : html`An agent called <strong>${row.agent_label}</strong>`;
     return html`<p class="lead">${agent} asks to be linked to you. Sign in to see the request and answer it.</p>`;
+  }
+  const approval = /^\/approvals\/(apr_[A-Za-z0-9_-]{1,64})$/.exec(target.pathname);
+  if (approval !== null) {
+    const row = await deps.service.database.db
+      .selectFrom("trust_approvals")
+      .selectAll()
+      .where("id", "=", approval[1] as string)
+      .executeTakeFirst();
+    if (row === undefined || toApproval(row, deps.now()).status !== "pending") return undefined;
+    return html`<p class="lead">One of your agents asks for more at <strong>${serviceName(row.aud)}</strong>. Sign in to see the request and answer it.</p>`;
   }
   if (target.pathname === "/oidc/authorize") {
     const clientId = target.searchParams.get("client_id");
