@@ -8,7 +8,7 @@ import type { AttestorClient, LinkPhase } from "../attestor.js";
 import { AuthError } from "../errors.js";
 import type { BindingRecord } from "../store.js";
 import { type Output, Spinner } from "./output.js";
-import { inline } from "./terminal-text.js";
+import { showLink } from "./show-link.js";
 
 export interface LinkCommandOptions {
   label?: string;
@@ -30,12 +30,6 @@ export function canOpenBrowser(wanted: boolean, out: Output, env: NodeJS.Process
   return true;
 }
 
-/** A link URL only this machine can open (the attestor runs here, in development). */
-export function isLoopback(url: string): boolean {
-  const host = new URL(url).hostname;
-  return host === "localhost" || host.endsWith(".localhost") || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
-}
-
 export async function runLink(
   attestor: AttestorClient,
   options: LinkCommandOptions,
@@ -49,11 +43,10 @@ export async function runLink(
       ...(callback === undefined ? {} : { callbackUrl: callback.url }),
       signal,
     });
-    // Loaded here, not at startup: every other command stays quicker without them.
-    const qr = out.json
-      ? ""
-      : await (await import("qrcode")).default.toString(request.link_url, { type: "terminal", small: true });
-    out.event(
+    await showLink(
+      out,
+      request.link_url,
+      `Open this link to confirm this agent (it expires in ${Math.round(request.expires_in / 60)} minutes):`,
       {
         event: "link_started",
         req_id: request.req_id,
@@ -61,24 +54,7 @@ export async function runLink(
         expires_in: request.expires_in,
         ...(callback === undefined ? {} : { callback_url: callback.url }),
       },
-      [
-        `Open this link to confirm this agent (it expires in ${Math.round(request.expires_in / 60)} minutes):`,
-        "",
-        `  ${inline(request.link_url)}`,
-        "",
-      ],
     );
-    // The QR code's colours are escape sequences of our own: written apart from the attestor's text.
-    out.drawing(qr.trimEnd());
-    out.print([
-      ...(isLoopback(request.link_url)
-        ? [
-            "This link points to this machine: a phone that scans the QR code cannot open it.",
-            "Open it in a browser here.",
-          ]
-        : []),
-      "",
-    ]);
     if (canOpenBrowser(options.browser, out)) {
       try {
         const { default: open } = await import("open");
