@@ -18,6 +18,8 @@ export const EXIT = {
   keystore: 5,
   /** The service's discovery document is invalid or not usable by a v0.1 agent. */
   incompatible: 6,
+  /** `proto call --no-wait`: the person was asked for an approval and has not answered yet. */
+  pending: 7,
   /** Interrupted (Ctrl-C). */
   interrupted: 130,
 } as const;

@@ -19,14 +19,15 @@ import {
 } from "../directory.js";
 import { AuthError, DirectoryError, UsageError } from "../errors.js";
 import { normaliseBaseUrl } from "../http.js";
-import { discoverService, ServiceClient } from "../service.js";
 import { AgentStore, type BindingRecord, defaultHome } from "../store.js";
 import { TokenCache } from "../token-cache.js";
+import { runExplain, runGrants } from "./authority.js";
+import { type CallOptions, parsePeriodAmount, runCall } from "./call.js";
 import { describeAccount, describeListing } from "./describe.js";
 import { attestationDocument, bindingDocument, isoTime, subjectOf } from "./documents.js";
 import { runLink } from "./link.js";
 import { runMcp } from "./mcp.js";
-import { EXIT, errorLine, exitCodeOf, Interrupted, nextStepFor, Output, table } from "./output.js";
+import { EXIT, exitCodeOf, Interrupted, Output, table } from "./output.js";
 import { inline } from "./terminal-text.js";
 
 export interface RunContext {
@@ -250,21 +251,25 @@ function buildProgram(
     );
 
   leaf(trust, "token", "print an attestation token for a service DID (cached while it has > 60 s left)")
-    .argument("<service-did>", "the audience: the service's DID")
+    .argument("<service>", "the audience: the service's DID (with --explain, any https URL on the service works too)")
     .option("--attestor <attestor>", "attestor: its URL, or the iss of a linked one (default: the saved one)")
     .option("--fresh", "mint a new token even when a cached one is fresh")
-    .action(async (serviceDid: string, options: CommonOptions & { attestor?: string; fresh?: boolean }) => {
-      const out = makeOutput(options.json === true);
-      if (!isDidSyntax(serviceDid)) {
-        throw new UsageError("invalid_aud", `${JSON.stringify(serviceDid)} is not a did:web or did:key DID`);
-      }
-      const attestor = agent().attestor(options.attestor);
-      const token = await attestor.token(serviceDid, { fresh: options.fresh === true, signal: context.signal });
-      out.result(attestationDocument(token), token.jwt);
-      out.note(
-        `(${token.cached ? "cached" : "minted"} by ${token.iss ?? "?"} at ${token.attestor_url}; expires ${isoOf(token.expires_at)}; verification ${token.verification})`,
-      );
-    });
+    .option("--explain", "say what the token allows at the service: its permissions and spend limits, in plain words")
+    .action(
+      async (service: string, options: CommonOptions & { attestor?: string; fresh?: boolean; explain?: boolean }) => {
+        const out = makeOutput(options.json === true);
+        if (options.explain === true) return runExplain(agent(), service, options, out, context.signal);
+        if (!isDidSyntax(service)) {
+          throw new UsageError("invalid_aud", `${JSON.stringify(service)} is not a did:web or did:key DID`);
+        }
+        const attestor = agent().attestor(options.attestor);
+        const token = await attestor.token(service, { fresh: options.fresh === true, signal: context.signal });
+        out.result(attestationDocument(token), token.jwt);
+        out.note(
+          `(${token.cached ? "cached" : "minted"} by ${token.iss ?? "?"} at ${token.attestor_url}; expires ${isoOf(token.expires_at)}; verification ${token.verification})`,
+        );
+      },
+    );
 
   leaf(trust, "status", "list the attestors this agent is linked to and the cached tokens (no network)")
     .option("--attestor <attestor>", "the attestor shown as the default: its URL or iss")
@@ -357,6 +362,12 @@ function buildProgram(
       );
     });
 
+  leaf(program, "grants", "list what the person granted this agent, per service: permissions and spend limits")
+    .option("--attestor <attestor>", "attestor: its URL, or the iss of a linked one (default: the saved one)")
+    .action((options: CommonOptions & { attestor?: string }) =>
+      runGrants(agent(), options, makeOutput(options.json === true), context.signal),
+    );
+
   // --- call ---
 
   leaf(program, "call", "send a signed (and, when the service needs it, attested) request")
@@ -385,98 +396,31 @@ function buildProgram(
       "--signature-agent-string",
       "send Signature-Agent as the older bare string, covered whole (what deployed verifiers read), not the working group's dictionary",
     )
-    .action(
-      async (
-        url: string,
-        options: CommonOptions & {
-          method?: string;
-          data?: string;
-          header: string[];
-          endpoint?: string;
-          attestor?: string;
-          webBotAuth?: boolean;
-          webBotAuthOnly?: boolean;
-          signatureAgent?: string;
-          signatureAgentString?: boolean;
-        },
-      ) => {
-        const out = makeOutput(options.json === true);
-        const a = agent();
-        const headers = new Headers();
-        for (const header of options.header) {
-          const colon = header.indexOf(":");
-          if (colon <= 0)
-            throw new UsageError("invalid_header", `header ${JSON.stringify(header)} is not 'Name: value'`);
-          headers.append(header.slice(0, colon).trim(), header.slice(colon + 1).trim());
-        }
-        const body = options.data === undefined ? undefined : await readData(options.data, context.stdin);
-        if (body !== undefined && !headers.has("content-type")) headers.set("content-type", "application/json");
-        const method = (options.method ?? (body === undefined ? "GET" : "POST")).toUpperCase();
-        if (body !== undefined && (method === "GET" || method === "HEAD")) {
-          throw new UsageError("invalid_argument", `a ${method} request cannot have a body (--data)`);
-        }
-        if (options.webBotAuth === true && options.webBotAuthOnly === true) {
-          throw new UsageError("invalid_argument", "give --web-bot-auth or --web-bot-auth-only, not both");
-        }
-        const mode =
-          options.webBotAuthOnly === true
-            ? "single"
-            : options.webBotAuth === true || options.signatureAgent !== undefined
-              ? "both"
-              : undefined;
-        const form = options.signatureAgentString === true ? "string" : undefined;
-        const webBotAuth = a.webBotAuth(mode, options.attestor, options.signatureAgent, form);
-        const discovery = await discoverService(url, { signal: context.signal });
-        const attestors = a.attestors(options.attestor);
-        const client = new ServiceClient(discovery, {
-          identity: a.identity,
-          ...(attestors === undefined ? {} : { attestor: attestors }),
-          ...(webBotAuth === undefined ? {} : { webBotAuth }),
-        });
-        const target = options.endpoint === undefined ? url : endpointTarget(client, options.endpoint);
-        const { response, attested } = await client.send(target, {
-          method,
-          headers,
-          ...(body === undefined ? {} : { body }),
-          signal: context.signal,
-        });
-        const text = new TextDecoder().decode(response.body);
-        let parsed: unknown = text;
-        try {
-          parsed = text.length > 0 ? JSON.parse(text) : null;
-        } catch {
-          parsed = text;
-        }
-        out.result(
-          {
-            url: requestUrl(target, client.origin),
-            status: response.status,
-            ok: response.status >= 200 && response.status < 300,
-            service_did: discovery.did,
-            attested,
-            web_bot_auth: webBotAuth === undefined ? null : webBotAuth,
-            content_type: response.headers.get("content-type"),
-            body: parsed,
-          },
-          [
-            `HTTP ${response.status} ${response.statusText}`.trim(),
-            ...(text.length > 0 ? [text.replace(/\n$/, "")] : []),
-          ],
-        );
-        if (response.status >= 300) {
-          const envelope = parsed as { error?: { code?: unknown; message?: unknown } } | null;
-          const code = typeof envelope?.error?.code === "string" ? envelope.error.code : `http_${response.status}`;
-          const message =
-            typeof envelope?.error?.message === "string"
-              ? envelope.error.message
-              : `the service answered HTTP ${response.status} ${response.statusText}`.trim();
-          out.warn(errorLine({ code, message: message.replace(/\s+/g, " ") }));
-          const next = nextStepFor(code);
-          if (next !== undefined) out.warn(`proto: ${next}`);
-          setExit(response.status === 401 || response.status === 403 ? EXIT.auth : EXIT.server);
-        }
-      },
-    );
+    .option(
+      "--reason <text>",
+      "when the service refuses for want of a permission or spend limit, the agent's words to the person asking them (default: the call itself)",
+    )
+    .option("--no-wait", "after asking the person, print the approval link and exit (code 7) instead of waiting")
+    .option("--per-transaction <amount>", "on a spend refusal, the limit per transaction to ask for (20.50)")
+    .option(
+      "--per-period <amount[/period]>",
+      "on a spend refusal, the limit per day, week or month to ask for (100/month)",
+      parsePeriodAmount,
+    )
+    .addHelpText(
+      "after",
+      [
+        "",
+        "When the service answers 403 insufficient_permission or spend_limit_exceeded, proto asks the person",
+        "(through the attestor) for what is missing, prints the approval link and a QR code, waits for their",
+        "answer and, once approved, sends the request once more with a fresh token. A spend refusal needs",
+        "--per-transaction or --per-period: the limit to ask for, in the currency's units.",
+      ].join("\n"),
+    )
+    .action(async (url: string, options: CommonOptions & CallOptions) => {
+      const out = makeOutput(options.json === true);
+      setExit(await runCall(agent(), url, options, out, context));
+    });
 
   // --- mcp ---
 
@@ -880,41 +824,11 @@ function directoryClient(env: NodeJS.ProcessEnv, explicit: string | undefined): 
   return new DirectoryClient({ url: value, store });
 }
 
-/** `accounts/me` → the resolved `accounts` endpoint with `/me` appended to its path. */
-function endpointTarget(client: ServiceClient, spec: string): string {
-  const slash = spec.indexOf("/");
-  return slash < 0 ? client.endpoint(spec) : client.endpoint(spec.slice(0, slash), spec.slice(slash));
-}
-
-/** The URL a request went to, without its query (which may hold tokens), as the call result names it. */
-function requestUrl(target: string, origin: string): string {
-  const url = new URL(target, `${origin}/`);
-  url.search = "";
-  url.hash = "";
-  return url.href;
-}
-
 function positiveInteger(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1)
     throw new UsageError("invalid_argument", `${JSON.stringify(value)} is not a positive integer`);
   return n;
-}
-
-async function readData(data: string, stdin: NodeJS.ReadStream): Promise<Uint8Array> {
-  if (data === "@-") {
-    const chunks: Buffer[] = [];
-    for await (const chunk of stdin) chunks.push(Buffer.from(chunk as Buffer));
-    return new Uint8Array(Buffer.concat(chunks));
-  }
-  if (data.startsWith("@")) {
-    try {
-      return new Uint8Array(readFileSync(data.slice(1)));
-    } catch (error) {
-      throw new UsageError("invalid_data", `cannot read ${data.slice(1)}: ${(error as Error).message}`);
-    }
-  }
-  return new TextEncoder().encode(data);
 }
 
 /** Waits for Enter on a terminal; Ctrl-C or end of input interrupts. */

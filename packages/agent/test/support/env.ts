@@ -35,6 +35,9 @@ import {
   testFetch,
 } from "@proto/testkit";
 
+/** What `buildTrustApp` answers. */
+export type TrustApp = Awaited<ReturnType<typeof buildTrustApp>>;
+
 export const AGENT_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const CLI = join(AGENT_DIR, "src/cli.ts");
 
@@ -90,6 +93,8 @@ export async function startTlsFront(ca: TestCA, upstreamPort: () => number): Pro
 export interface Attestor {
   /** `{trust_url}`: `https://127.0.0.1:PORT`. */
   url: string;
+  /** The attestor itself: its domain service and database, for what a person does on its pages. */
+  trust: TrustApp;
   hook(path: string, body: Record<string, unknown>): Promise<{ status: number; json: Record<string, unknown> }>;
   close(): Promise<void>;
 }
@@ -106,15 +111,18 @@ export async function startAttestor(ca: TestCA, dir: string): Promise<Attestor> 
       TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
       TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
       TRUST_RATE_LIMITS: RELAXED_TRUST_LIMITS,
+      // The services whose permissions it reads (approvals) run on this machine, under the test CA.
+      PROTO_FETCH_ALLOW_PRIVATE: "1",
       LOG_LEVEL: "warn",
     }),
-    { logStream: quiet() },
+    { logStream: quiet(), fetchCa: ca.certPem },
   );
   await trust.app.listen({ port: 0, host: "127.0.0.1" });
   port = (trust.app.server.address() as { port: number }).port;
   const fetch = testFetch(ca, {});
   return {
     url: front.url,
+    trust,
     async hook(path, body) {
       const response = await fetch(`${front.url}${path}`, {
         method: "POST",
@@ -156,6 +164,8 @@ export interface TestEnv {
   /** A fetch trusting the test CA, with the `*.test` names pinned. */
   fetch: TestFetch;
   trustUrl: string;
+  /** The attestor at `trustUrl`. */
+  attestor: Attestor;
   directoryUrl: string;
   /** `https://localhost:PORT`: reachable by name from a spawned CLI, attested_only. */
   site: ServiceSite;
@@ -375,6 +385,7 @@ export async function startTestEnv(): Promise<TestEnv> {
     caFile,
     fetch: pinnedFetch,
     trustUrl: attestor.url,
+    attestor,
     directoryUrl: directoryFront.url,
     site,
     named,
@@ -424,6 +435,8 @@ export interface RunningCli {
   line(stream: "stdout" | "stderr", match: (line: string) => boolean): Promise<string>;
   done: Promise<CliResult>;
   kill(): void;
+  /** Ctrl-C: SIGINT, as a terminal sends it. */
+  interrupt(): void;
 }
 
 /** Starts `proto ...` (TypeScript through tsx) with its own PROTO_HOME and the test CA trusted. */
@@ -480,6 +493,7 @@ export function startCli(args: string[], options: CliOptions): RunningCli {
     },
     done,
     kill: () => child.kill("SIGKILL"),
+    interrupt: () => child.kill("SIGINT"),
   };
 }
 
