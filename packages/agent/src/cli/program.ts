@@ -401,10 +401,10 @@ function buildProgram(
       "when the service refuses for want of a permission or spend limit, the agent's words to the person asking them (default: the call itself)",
     )
     .option("--no-wait", "after asking the person, print the approval link and exit (code 7) instead of waiting")
-    .option("--per-transaction <amount>", "on a spend refusal, the limit per transaction to ask for (20.50)")
+    .option("--per-transaction <amount>", "the spend limit per transaction to ask for, with a spending permission or a higher limit (20.50)")
     .option(
       "--per-period <amount[/period]>",
-      "on a spend refusal, the limit per day, week or month to ask for (100/month)",
+      "the spend limit per day, week or month to ask for (100/month)",
       parsePeriodAmount,
     )
     .addHelpText(
@@ -413,8 +413,8 @@ function buildProgram(
         "",
         "When the service answers 403 insufficient_permission or spend_limit_exceeded, proto asks the person",
         "(through the attestor) for what is missing, prints the approval link and a QR code, waits for their",
-        "answer and, once approved, sends the request once more with a fresh token. A spend refusal needs",
-        "--per-transaction or --per-period: the limit to ask for, in the currency's units.",
+        "answer and, once approved, sends the request once more with a fresh token. Asking for a spending",
+        "permission or a higher limit needs --per-transaction or --per-period, in the currency's units.",
       ].join("\n"),
     )
     .action(async (url: string, options: CommonOptions & CallOptions) => {
