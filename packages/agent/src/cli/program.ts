@@ -401,7 +401,10 @@ function buildProgram(
       "when the service refuses for want of a permission or spend limit, the agent's words to the person asking them (default: the call itself)",
     )
     .option("--no-wait", "after asking the person, print the approval link and exit (code 7) instead of waiting")
-    .option("--per-transaction <amount>", "the spend limit per transaction to ask for, with a spending permission or a higher limit (20.50)")
+    .option(
+      "--per-transaction <amount>",
+      "the spend limit per transaction to ask for, with a spending permission or a higher limit (20.50)",
+    )
     .option(
       "--per-period <amount[/period]>",
       "the spend limit per day, week or month to ask for (100/month)",
