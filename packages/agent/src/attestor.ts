@@ -425,7 +425,7 @@ export class AttestorClient implements AttestationSource {
    * A request signed with the agent's key (RFC 9421) over exactly `{trust_url}{path}`, as the mint
    * is. Refusals throw, and those about the binding are recorded as the mint records them:
    * `binding_revoked` and `binding_expired` drop cached tokens and mark the binding;
-   * `service_suspended` (for `aud`) drops that service's token; `unauthorized` names the command
+   * `service_suspended` and `grant_revoked` (for `aud`) drop that service's token; `unauthorized` names the command
    * that links the key.
    */
   async #signed(
@@ -450,10 +450,15 @@ export class AttestorClient implements AttestationSource {
     });
     if (isOk(response.status)) return response;
     const error = errorFromResponse(response, attestorError);
-    if (error.code === "service_suspended" && aud !== undefined) {
+    if ((error.code === "service_suspended" || error.code === "grant_revoked") && aud !== undefined) {
       // Final for this service only: its cached token goes, the binding and other services stay.
       this.tokenCache.delete(this.url, this.identity.did, aud);
-      throw suspendedError(error, aud, this.url);
+      throw error.code === "service_suspended"
+        ? suspendedError(error, aud, this.url)
+        : withMessage(
+            error,
+            `the person who linked this agent revoked its grant for the service ${aud}; no attestation for that service until they approve again on ${this.url}/account (other services are not affected)`,
+          );
     }
     // The attestor's own words ("run the link flow") do not say how; the command does.
     if (error.code === "unauthorized" && error.status === 401) throw withMessage(error, notLinkedMessage(this.url));

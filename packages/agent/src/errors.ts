@@ -40,6 +40,7 @@ const AUTH_CODES = new Set([
   "binding_revoked",
   "binding_expired",
   "service_suspended",
+  "grant_revoked",
   "verification_required",
   "link_request_expired",
 ]);

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Agent, AuthorityError, explainToken } from "../src/index.js";
-import { type NotesService, setGrant, startNotesService } from "./support/authority.js";
+import { type NotesService, revokeGrantOf, setGrant, startNotesService } from "./support/authority.js";
 import { jsonOf, runCli, startTestEnv, type TestEnv, tempHome } from "./support/env.js";
 
 describe("what the agent holds: explain, grants, refusals", { timeout: 120_000 }, () => {
@@ -187,6 +187,29 @@ describe("what the agent holds: explain, grants, refusals", { timeout: 120_000 }
         updated_at: undefined,
       },
     );
+  });
+
+  test("a grant the person revoked: exit 4 with a line naming the service; granted again, it mints", async () => {
+    const [held] = await agent.attestor().listGrants();
+    assert.ok(held);
+    assert.equal(await revokeGrantOf(env.attestor, agent.did, held.id), true);
+    const refused = await cli("trust", "token", notes.did, "--fresh");
+    assert.equal(refused.code, 4, refused.stderr);
+    assert.equal(
+      refused.stderr.trim(),
+      `proto: grant_revoked: the person who linked this agent revoked its grant for the service ${notes.did}; no attestation for that service until they approve again on ${env.trustUrl}/account (other services are not affected)`,
+    );
+    assert.equal(jsonOf(await cli("grants", "--json")).grants[0].state, "revoked");
+    await setGrant(
+      env.attestor,
+      agent.did,
+      { aud: notes.did, serviceUrl: notes.origin },
+      {
+        permissions: held.permissions,
+        spendLimits: held.spendLimits,
+      },
+    );
+    assert.equal((await cli("trust", "token", notes.did, "--fresh")).code, 0);
   });
 
   test("an agent with no grant: proto grants says every service gives it its defaults", async () => {

@@ -15,7 +15,7 @@ import {
   declineApproval,
   reviewApproval,
 } from "../../../server/src/trust/authority/approvals.js";
-import { type ApprovalMethod, type Grant, putGrant } from "../../../server/src/trust/authority/grants.js";
+import { type ApprovalMethod, type Grant, putGrant, revokeGrant } from "../../../server/src/trust/authority/grants.js";
 import { type Attestor, closedPort, type TestEnv } from "./env.js";
 
 export const PERMISSIONS = {
@@ -138,6 +138,15 @@ export async function setGrant(
       },
     ),
   );
+}
+
+/** The person revokes the grant on their account page (its domain function). */
+export async function revokeGrantOf(attestor: Attestor, agentDid: string, grantId: string): Promise<boolean> {
+  const { humanId } = await bindingOf(attestor, agentDid);
+  const now = (await clockOf(attestor)).now();
+  return attestor.trust.service.database.db
+    .transaction()
+    .execute((trx) => revokeGrant(trx, humanId, grantId, { now, method: "session" }));
 }
 
 /** The person approves the agent's request (`passkey`: as after the ceremony the page runs). */
