@@ -44,19 +44,17 @@ for (const variant of STORE_VARIANTS) {
         .where("id", "=", bindingId)
         .executeTakeFirstOrThrow();
       const now = await h.nowMs();
-      return h.app.service.database.db
-        .transaction()
-        .execute((trx) =>
-          putGrant(
-            trx,
-            { bindingId, humanId: binding.human_id, aud, serviceUrl: "https://notes.example", now, method: "session" },
-            {
-              permissions: content.permissions,
-              spendLimits: content.spendLimits ?? [],
-              expiresAt: content.expiresAt ?? null,
-            },
-          ),
-        );
+      return h.app.service.database.db.transaction().execute((trx) =>
+        putGrant(
+          trx,
+          { bindingId, humanId: binding.human_id, aud, serviceUrl: "https://notes.example", now, method: "session" },
+          {
+            permissions: content.permissions,
+            spendLimits: content.spendLimits ?? [],
+            expiresAt: content.expiresAt ?? null,
+          },
+        ),
+      );
     }
 
     async function claimsOf(agent: ReturnType<typeof newAgent>, aud: string) {
