@@ -4,30 +4,70 @@ import { after, before, describe as suite, test } from "node:test";
 import { encodeDidKey } from "@proto/protocol";
 import { freePort } from "@proto/testkit";
 import { decodeJwt, exportJWK, SignJWT } from "jose";
+import { NOT_GRANTED } from "../src/attestor/oauth.js";
 import { attestorProbes } from "../src/index.js";
 import { describe, run } from "./support/run.js";
-import { type Breakage, bodyOf, editJson, pathOf, type StandIn, startStandIn } from "./support/stand-in.js";
+import {
+  type Answer,
+  type Breakage,
+  bodyOf,
+  editJson,
+  pathOf,
+  type StandIn,
+  startStandIn,
+} from "./support/stand-in.js";
 import { type Attestor, startAttestor } from "./support/targets.js";
 
 const AUD = "did:web:notes.example";
 const ids = attestorProbes.map((p) => p.id);
+/** What the linked agent's person granted it at AUD: a default-like permission and a limited spending one. */
+const GRANT = {
+  permissions: ["notes:read", "purchase"],
+  spendLimits: [
+    { permission: "purchase", currency: "EUR", perTransaction: 2000, perPeriod: 10_000, period: "month" as const },
+  ],
+};
+/** The probes that need a linked agent's key. */
+const AGENT_PROBES = [
+  "attestor.token.mint",
+  "attestor.token.jwt",
+  "attestor.token.claims",
+  "attestor.token.grant-claims",
+  "attestor.grants.listing",
+  "attestor.approvals.refusals",
+  "attestor.oauth.scope-within-grant",
+];
 
 suite("attestor probes against our attestor", () => {
   let attestor: Attestor;
   let agentPem: string;
   before(async () => {
     attestor = await startAttestor();
-    agentPem = (await attestor.linkAgent()).pem;
+    const agent = await attestor.linkAgent();
+    await attestor.grant(agent.did, AUD, GRANT);
+    agentPem = agent.pem;
   });
   after(() => attestor.close());
 
-  test("every probe passes, with --write and a linked agent key", async () => {
+  test("every probe passes, with --write and a linked agent key holding a grant", async () => {
     const { results } = await run(attestorProbes, attestor.url, { write: true, agentKeyPem: agentPem, aud: AUD });
     assert.deepEqual(
       results.map((r) => `${r.id}: ${r.status}`),
       ids.map((id) => `${id}: pass`),
       describe(results),
     );
+  });
+
+  test("every probe passes for an agent without a grant (no grant claims, no grants, invalid_scope)", async () => {
+    const { pem } = await attestor.linkAgent();
+    const { results } = await run(attestorProbes, attestor.url, { write: true, agentKeyPem: pem, aud: AUD });
+    assert.equal(results.filter((r) => r.status !== "pass").length, 0, describe(results));
+  });
+
+  test("a did:key audience skips the JWT-bearer probe: no resource derives from it", async () => {
+    const r = await run(attestorProbes, attestor.url, { agentKeyPem: agentPem, aud: "did:key:z6MkConformance" });
+    assert.equal(r.byId("attestor.oauth.scope-within-grant").status, "skipped");
+    assert.match(r.byId("attestor.oauth.scope-within-grant").message, /is not a did:web/);
   });
 
   test("a trailing slash on the URL changes nothing (the issuer is compared without it)", async () => {
@@ -39,10 +79,13 @@ suite("attestor probes against our attestor", () => {
     const r = await run(attestorProbes, attestor.url);
     assert.equal(r.byId("attestor.link.start.valid").status, "skipped");
     assert.match(r.byId("attestor.link.start.valid").message, /--write/);
-    for (const id of ["attestor.token.mint", "attestor.token.jwt", "attestor.token.claims"]) {
+    for (const id of AGENT_PROBES) {
       assert.equal(r.byId(id).status, "skipped", id);
       assert.match(r.byId(id).message, /--agent-key/);
     }
+    // What could run without a key did, and the reason says so.
+    assert.match(r.byId("attestor.grants.listing").message, /^the unsigned listing was refused as it must be/);
+    assert.match(r.byId("attestor.approvals.refusals").message, /^the unsigned and unlinked requests were refused/);
     assert.equal(r.results.filter((x) => x.status === "fail").length, 0, describe(r.results));
   });
 
@@ -58,6 +101,15 @@ suite("attestor probes against our attestor", () => {
 const standInKey = generateKeyPairSync("ed25519");
 
 const isPath = (path: string) => (e: { path: string }) => pathOf(e as never) === path;
+/** The key set with the stand-in's key added, so what it re-signs verifies. */
+async function withStandInKey(a: Answer): Promise<Answer> {
+  const jwk = { ...(await exportJWK(standInKey.publicKey)), kid: "stand-in" };
+  return editJson(a, (b) => {
+    (b.keys as unknown[]).push(jwk);
+  });
+}
+const standInJwt = (claims: Record<string, unknown>, typ = "JWT") =>
+  new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", typ, kid: "stand-in" }).sign(standInKey.privateKey);
 const errorCode = (code: string) => (body: Record<string, unknown>) => {
   body.error = { ...(body.error as object), code };
 };
@@ -252,21 +304,78 @@ const BREAKAGES: { id: string; how: string; breakage: Breakage }[] = [
     how: "a token living an hour, validly re-signed by a key the stand-in publishes",
     breakage: {
       async response(e, a) {
-        if (isPath("/.well-known/jwks.json")(e)) {
-          const jwk = { ...(await exportJWK(standInKey.publicKey)), kid: "stand-in" };
-          return editJson(a, (b) => {
-            (b.keys as unknown[]).push(jwk);
-          });
-        }
+        if (isPath("/.well-known/jwks.json")(e)) return withStandInKey(a);
         if (!isPath("/v1/token")(e) || a.status !== 200) return undefined;
         const body = JSON.parse(a.body) as Record<string, unknown>;
         const claims = decodeJwt(body.jwt as string);
         const exp = (claims.iat as number) + 3600;
-        body.jwt = await new SignJWT({ ...claims, exp })
-          .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: "stand-in" })
-          .sign(standInKey.privateKey);
+        body.jwt = await standInJwt({ ...claims, exp });
         body.expires_at = exp;
         return { ...a, body: JSON.stringify(body) };
+      },
+    },
+  },
+  {
+    id: "attestor.token.grant-claims",
+    how: "an attestation whose scope comes without its grant_id, validly re-signed",
+    breakage: {
+      async response(e, a) {
+        if (isPath("/.well-known/jwks.json")(e)) return withStandInKey(a);
+        if (!isPath("/v1/token")(e) || a.status !== 200) return undefined;
+        const body = JSON.parse(a.body) as Record<string, unknown>;
+        const { grant_id: _dropped, ...claims } = decodeJwt(body.jwt as string);
+        body.jwt = await standInJwt(claims);
+        return { ...a, body: JSON.stringify(body) };
+      },
+    },
+  },
+  {
+    id: "attestor.grants.listing",
+    how: "a spend limit listed without its currency",
+    breakage: {
+      response: (e, a) =>
+        isPath("/v1/grants")(e) && a.status === 200
+          ? editJson(a, (b) => {
+              const [grant] = b.grants as { authorization_details: Record<string, unknown>[] }[];
+              delete grant?.authorization_details[0]?.currency;
+            })
+          : undefined,
+    },
+  },
+  {
+    id: "attestor.approvals.refusals",
+    how: "an approval request with a 201-character reason accepted",
+    breakage: {
+      response: (e, a) =>
+        isPath("/v1/approvals")(e) && String(bodyOf(e).reason ?? "").length > 200
+          ? {
+              status: 201,
+              headers: a.headers,
+              body: JSON.stringify({
+                approval_id: "apr_fake",
+                approval_url: "https://trust.invalid/approvals/apr_fake",
+                status: "pending",
+                expires_at: new Date().toISOString(),
+                interval: 3,
+              }),
+            }
+          : undefined,
+    },
+  },
+  {
+    id: "attestor.oauth.scope-within-grant",
+    how: "a JWT-bearer token carrying whatever scope was asked",
+    breakage: {
+      async response(e) {
+        if (!isPath("/oidc/token")(e)) return undefined;
+        const scope = new URLSearchParams(e.body).get("scope") ?? "";
+        const iat = Math.floor(Date.now() / 1000);
+        const token = await standInJwt({ aud: "https://notes.example", scope, iat, exp: iat + 600 }, "at+jwt");
+        return {
+          status: 200,
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ access_token: token, token_type: "Bearer", expires_in: 600, scope }),
+        };
       },
     },
   },
@@ -281,7 +390,9 @@ suite("each attestor probe fails against a stand-in that breaks its rule, and no
     const port = await freePort();
     standIn = await startStandIn(`http://127.0.0.1:${port}`);
     attestor = await startAttestor({ port, publicUrl: standIn.url });
-    agentPem = (await attestor.linkAgent()).pem;
+    const agent = await attestor.linkAgent();
+    await attestor.grant(agent.did, AUD, GRANT);
+    agentPem = agent.pem;
   });
   after(async () => {
     await standIn.close();
@@ -315,4 +426,18 @@ suite("each attestor probe fails against a stand-in that breaks its rule, and no
       assert.doesNotMatch(failed.exchange.bodyExcerpt, /eyJ[\w-]*\.[\w-]*\.[\w-]{20,}/);
     });
   }
+
+  test("a token exceeding its grant is reported with the scope it must not carry", async () => {
+    const breakage = BREAKAGES.find((b) => b.id === "attestor.oauth.scope-within-grant")?.breakage;
+    standIn.breakWith(breakage);
+    const r = await run(attestorProbes, standIn.url, { agentKeyPem: agentPem, aud: AUD });
+    const failed = r.byId("attestor.oauth.scope-within-grant");
+    assert.equal(failed.status, "fail");
+    assert.equal(
+      failed.message,
+      `the token response grants ${NOT_GRANTED}, which no service grants: scope "notes:read purchase ${NOT_GRANTED}"`,
+    );
+    // The assertion sent is shown without its signature too.
+    assert.doesNotMatch(failed.exchange?.requestBody ?? "", /eyJ[\w-]*\.[\w-]*\.[\w-]{20,}/);
+  });
 });

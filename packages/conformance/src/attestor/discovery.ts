@@ -12,7 +12,7 @@ const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "k", "oth"];
 export const fetchKeySet = (context: ProbeContext): Promise<HttpResponse> =>
   context.memo("jwks", () => context.http.get(`${context.baseUrl}/.well-known/jwks.json`));
 
-const fetchOpenId = (context: ProbeContext): Promise<HttpResponse> =>
+export const fetchOpenId = (context: ProbeContext): Promise<HttpResponse> =>
   context.memo("openid", () => context.http.get(`${context.baseUrl}/.well-known/openid-configuration`));
 
 export const jwksShape: Probe = {

@@ -1,5 +1,6 @@
 /** Every attestor probe, in the order they run. */
 import type { Probe } from "../probe.js";
+import { approvalRefusals, grantsListing, tokenGrantClaims } from "./authority.js";
 import { jwksCache, jwksShape, openIdCache, openIdValues } from "./discovery.js";
 import {
   pollUnknown,
@@ -10,6 +11,7 @@ import {
   startMissingFields,
   startValid,
 } from "./link.js";
+import { scopeWithinGrant } from "./oauth.js";
 import { jwtClaims, jwtVerifies, mintResponse, replay, unlinked, unsigned } from "./token.js";
 
 export const attestorProbes: readonly Probe[] = [
@@ -30,4 +32,8 @@ export const attestorProbes: readonly Probe[] = [
   mintResponse,
   jwtVerifies,
   jwtClaims,
+  tokenGrantClaims,
+  grantsListing,
+  approvalRefusals,
+  scopeWithinGrant,
 ];

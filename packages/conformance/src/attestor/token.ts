@@ -1,30 +1,20 @@
 /** Mint probes (trust.md §POST /v1/token; decisions.md §Trust attestor 1 for signature failures). */
-import { signRequest } from "@proto/protocol";
 import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, type JWK, jwtVerify } from "jose";
 import { expectError, expectStatus, isObject, jsonObject } from "../checks.js";
 import type { HttpResponse } from "../http.js";
 import { check, type Probe, type ProbeContext, ProbeFailure, ProbeSkip, pass } from "../probe.js";
+import { redacted } from "../redact.js";
 import { fetchKeySet } from "./discovery.js";
-import { type AgentKey, agentKeyFromPem, newAgentKey } from "./keys.js";
+import { type AgentKey, newAgentKey } from "./keys.js";
+import { expectUnsignedRefused, linkedAgent, type SignedAgentRequest, send, signedAgentRequest } from "./signed.js";
 
 const SECTION = "trust.md §POST /v1/token";
 /** An audience for requests that must be refused before any mint; nothing is minted for it. */
-const PROBE_AUD = "did:web:conformance.invalid";
+export const PROBE_AUD = "did:web:conformance.invalid";
 
-/** Body, headers and URL of a signed mint: `{trust_url}/v1/token` is the URL signed. */
-function signedMint(
-  context: ProbeContext,
-  agent: AgentKey,
-  aud: string,
-): { url: string; body: string; headers: Record<string, string> } {
-  const url = `${context.baseUrl}/v1/token`;
-  const body = JSON.stringify({ aud });
-  const signed = signRequest(
-    { method: "POST", url, body },
-    { keyid: agent.did, privateKey: agent.privateKey, created: context.nowSeconds() },
-  );
-  return { url, body, headers: { "content-type": "application/json", ...signed.headers } };
-}
+/** A signed mint for `aud`: `{trust_url}/v1/token` is the URL signed. */
+const signedMint = (context: ProbeContext, agent: AgentKey, aud: string): SignedAgentRequest =>
+  signedAgentRequest(context, agent, "POST", "/v1/token", JSON.stringify({ aud }));
 
 export const unsigned: Probe = {
   id: "attestor.token.unsigned",
@@ -32,15 +22,7 @@ export const unsigned: Probe = {
   section: `${SECTION}, §Errors`,
   async run(context) {
     const response = await context.http.post(`${context.baseUrl}/v1/token`, { aud: PROBE_AUD });
-    // trust.md names `unauthorized` for a missing credential, decisions.md `invalid_signature` for
-    // an unparsable signature: an absent one may be read either way, so both are accepted.
-    const code = isObject(response.json) && isObject(response.json.error) ? response.json.error.code : undefined;
-    expectError(
-      response,
-      401,
-      code === "invalid_signature" ? "invalid_signature" : "unauthorized",
-      "unsigned POST /v1/token",
-    );
+    expectUnsignedRefused(response, "unsigned POST /v1/token");
     return pass();
   },
 };
@@ -48,9 +30,9 @@ export const unsigned: Probe = {
 /** One signed mint by a key made for the run (never linked), and the same request sent again. */
 const unlinkedPair = (context: ProbeContext) =>
   context.memo("unlinked-mint", async () => {
-    const { url, body, headers } = signedMint(context, newAgentKey(), PROBE_AUD);
-    const first = await context.http.request("POST", url, { body, headers });
-    const replay = await context.http.request("POST", url, { body, headers });
+    const request = signedMint(context, newAgentKey(), PROBE_AUD);
+    const first = await send(context, request);
+    const replay = await send(context, request);
     return { first, replay };
   });
 
@@ -85,24 +67,15 @@ interface Minted {
 }
 
 /** One mint with the operator's linked key, shared by the mint probes. */
-const mintOnce = (context: ProbeContext): Promise<Minted> =>
+export const mintOnce = (context: ProbeContext): Promise<Minted> =>
   context.memo("mint", async () => {
     const { agentKeyPem, aud } = context.options;
     if (agentKeyPem === undefined || aud === undefined) {
       throw new ProbeSkip("needs --agent-key FILE (a linked agent's Ed25519 key) and --aud DID");
     }
-    const agent = agentKeyFromPem(agentKeyPem);
-    if (typeof agent === "string") throw new ProbeSkip(agent);
-    const { url, body, headers } = signedMint(context, agent, aud);
-    const sent = await context.http.request("POST", url, { body, headers });
+    const agent = linkedAgent(context);
     // Reports end up in CI logs: a failure shows the token's header and claims, never a usable token.
-    const response = {
-      ...sent,
-      exchange: {
-        ...sent.exchange,
-        bodyExcerpt: sent.exchange.bodyExcerpt.replace(/(eyJ[\w-]*\.[\w-]*)\.[\w-]+/g, "$1.<signature removed>"),
-      },
-    };
+    const response = redacted(await send(context, signedMint(context, agent, aud)));
     expectStatus(response, 200, "POST /v1/token by the linked agent");
     const parsed = jsonObject(response, "the mint");
     check(typeof parsed.jwt === "string", "the mint has no jwt string", response.exchange);

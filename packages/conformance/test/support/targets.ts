@@ -7,14 +7,16 @@ import { generateKeyPairSync, type KeyObject, sign } from "node:crypto";
 import { Writable } from "node:stream";
 import { createKit } from "@proto/kit";
 import { createService } from "@proto/kit/fastify";
-import { encodeDidKey, rawPublicKey } from "@proto/protocol";
+import { encodeDidKey, rawPublicKey, type SpendLimit } from "@proto/protocol";
 import { buildDirectoryApp, buildTrustApp, readDirectoryConfig, readTrustConfig } from "@proto/server";
 import { createTestCA, createTestDatabase, DISCOVERY_PATH, freePort, startHttpsHost } from "@proto/testkit";
 import Fastify from "fastify";
 import { buildNotesService } from "../../../../examples/service/src/app.js";
+import { putGrant } from "../../../server/src/trust/authority/grants.js";
 
 /** Every run of the suite comes from 127.0.0.1: limits high enough never to meet one; the limiter stays on. */
-const RELAXED_RATE_LIMITS = "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60";
+const RELAXED_RATE_LIMITS =
+  "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60,approval_poll=100000/60";
 
 const quiet = () =>
   new Writable({
@@ -39,6 +41,8 @@ export interface Attestor {
   url: string;
   /** Links a new agent through the test hook; its key as PEM, for `--agent-key`. */
   linkAgent(): Promise<{ did: string; pem: string }>;
+  /** The agent's person grants it `permissions` (and limits) at `aud`, as on their account page. */
+  grant(agentDid: string, aud: string, content: { permissions: string[]; spendLimits?: SpendLimit[] }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -78,6 +82,29 @@ export async function startAttestor(options: { publicUrl?: string; port?: number
       const polled = await post(`${url}/v1/link/poll`, { req_id: reqId, sig_b64: signUtf8(privateKey, reqId) });
       if (polled.state !== "confirmed") throw new Error(`the link did not confirm: ${JSON.stringify(polled)}`);
       return { did, pem: privateKey.export({ type: "pkcs8", format: "pem" }).toString() };
+    },
+    async grant(agentDid, aud, content) {
+      const db = app.service.database.db;
+      const binding = await db
+        .selectFrom("trust_bindings")
+        .select(["id", "human_id"])
+        .where("agent_did", "=", agentDid)
+        .where("revoked_at", "is", null)
+        .executeTakeFirstOrThrow();
+      await db.transaction().execute((trx) =>
+        putGrant(
+          trx,
+          {
+            bindingId: binding.id,
+            humanId: binding.human_id,
+            aud,
+            serviceUrl: `https://${aud.slice("did:web:".length).replace("%3A", ":")}`,
+            now: Date.now(),
+            method: "session",
+          },
+          { permissions: content.permissions, spendLimits: content.spendLimits ?? [], expiresAt: null },
+        ),
+      );
     },
     async close() {
       await app.close();
