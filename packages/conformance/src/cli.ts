@@ -10,11 +10,12 @@ import { type AgentStandIn, startAgentStandIn } from "./agent/index.js";
 import { attestorProbes } from "./attestor/index.js";
 import { directoryProbes } from "./directory/index.js";
 import { HttpClient } from "./http.js";
-import type { Probe, ProbeOptions } from "./probe.js";
+import type { PermissionRoute, Probe, ProbeOptions } from "./probe.js";
 import { formatJson } from "./report/json.js";
 import { formatJunit } from "./report/junit.js";
 import { formatTable } from "./report/table.js";
 import { type ProbeResult, runProbes, summarize } from "./runner.js";
+import { parsePermissionRoute } from "./service/authority.js";
 import { serviceProbes } from "./service/index.js";
 
 class UsageError extends Error {}
@@ -49,6 +50,12 @@ function targetUrl(value: string): string {
     throw new InvalidArgumentError(`the URL must have no query, fragment or credentials: ${value}`);
   }
   return url.href.replace(/\/+$/, "");
+}
+
+function permissionRoute(value: string): PermissionRoute {
+  const route = parsePermissionRoute(value);
+  if (typeof route === "string") throw new InvalidArgumentError(route);
+  return route;
 }
 
 /** `agent` mode: the session ended without one request to check. */
@@ -213,16 +220,31 @@ export function program(): Command {
     .description("check a service that accepts agents (trust.md, upstream.md)")
     .option("--agent-key <file>", "Ed25519 private key PEM of a linked agent (with --attestor: an attested account)")
     .option("--attestor <url>", "{trust_url} of the attestor that mints for --agent-key", targetUrl)
-    .action(async (url: string, flags: CommonFlags & { agentKey?: string; attestor?: string }) => {
-      if ((flags.agentKey === undefined) !== (flags.attestor === undefined))
-        throw new UsageError("--agent-key and --attestor go together");
-      const options: ProbeOptions = {
-        ...baseOptions(flags),
-        ...(flags.agentKey === undefined ? {} : { agentKeyPem: readFile(flags.agentKey, "the agent key") }),
-        ...(flags.attestor === undefined ? {} : { attestorUrl: flags.attestor }),
-      };
-      await runMode("service", url, serviceProbes, flags, options);
-    });
+    .option(
+      "--permission-route <route>",
+      'METHOD /path permission: a route needing a permission --agent-key lacks, e.g. "DELETE /notes/x notes:delete"',
+      permissionRoute,
+    )
+    .action(
+      async (
+        url: string,
+        flags: CommonFlags & { agentKey?: string; attestor?: string; permissionRoute?: PermissionRoute },
+      ) => {
+        if ((flags.agentKey === undefined) !== (flags.attestor === undefined))
+          throw new UsageError("--agent-key and --attestor go together");
+        if (flags.permissionRoute !== undefined && flags.agentKey === undefined)
+          throw new UsageError(
+            "--permission-route needs --agent-key and --attestor (whose token lacks the permission)",
+          );
+        const options: ProbeOptions = {
+          ...baseOptions(flags),
+          ...(flags.agentKey === undefined ? {} : { agentKeyPem: readFile(flags.agentKey, "the agent key") }),
+          ...(flags.attestor === undefined ? {} : { attestorUrl: flags.attestor }),
+          ...(flags.permissionRoute === undefined ? {} : { permissionRoute: flags.permissionRoute }),
+        };
+        await runMode("service", url, serviceProbes, flags, options);
+      },
+    );
 
   cli
     .command("agent")

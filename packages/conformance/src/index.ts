@@ -4,7 +4,7 @@ export { attestorProbes } from "./attestor/index.js";
 export { directoryProbes } from "./directory/index.js";
 export type { HttpClientOptions, HttpExchange, HttpResponse } from "./http.js";
 export { HttpClient } from "./http.js";
-export type { Probe, ProbeContext, ProbeOptions, ProbeOutcome, ProbeStatus } from "./probe.js";
+export type { PermissionRoute, Probe, ProbeContext, ProbeOptions, ProbeOutcome, ProbeStatus } from "./probe.js";
 export { ProbeFailure, ProbeSkip } from "./probe.js";
 export { formatJson } from "./report/json.js";
 export { escapeXml, formatJunit } from "./report/junit.js";

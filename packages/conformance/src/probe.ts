@@ -26,11 +26,21 @@ export interface ProbeOptions {
   aud?: string;
   /** `{trust_url}` of an attestor that mints for `agentKeyPem` (service mode: an attested account). */
   attestorUrl?: string;
+  /** A route of the service and the permission it needs (`--permission-route`). */
+  permissionRoute?: PermissionRoute;
   /** The operator says the directory is a read-only mirror (the contract has no way to say it). */
   mirror: boolean;
   /** Page size used to walk the listings, and how many pages at most. */
   pageSize: number;
   maxPages: number;
+}
+
+/** `DELETE /notes/x notes:delete`: a request the service refuses unless the caller holds `permission`. */
+export interface PermissionRoute {
+  method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
+  /** Path (and query) on the service's origin. */
+  path: string;
+  permission: string;
 }
 
 export interface ProbeContext {

@@ -159,7 +159,26 @@ suite("the proto-conformance command", () => {
       assert.equal(result.stderr, "");
       assert.match(result.stdout, /^service\.signature\.replayed-nonce\s+pass\s+\S/m);
       assert.match(result.stdout, /^service\.invitation\.unsupported-recipient\s+skip\s+\S/m);
-      assert.match(result.stdout, new RegExp(`\n${serviceProbes.length - 2} passed, 0 failed, 2 skipped\n$`));
+      assert.match(result.stdout, /^service\.authority\.insufficient-permission\s+skip\s+\S/m);
+      assert.match(result.stdout, new RegExp(`\n${serviceProbes.length - 3} passed, 0 failed, 3 skipped\n$`));
+
+      // With a linked agent, --write and the route that needs a permission it lacks: every probe runs.
+      const notesKey = join(dir, "notes-agent.pem");
+      writeFileSync(notesKey, (await notes.attestor.linkAgent()).pem);
+      const full = await cli([
+        "service",
+        notes.url,
+        "--write",
+        "--agent-key",
+        notesKey,
+        "--attestor",
+        notes.attestor.url,
+        "--permission-route",
+        "DELETE /notes/x notes:delete",
+      ]);
+      assert.equal(full.code, 0, full.stdout + full.stderr);
+      assert.match(full.stdout, /^service\.authority\.insufficient-permission\s+pass\s+\S/m);
+      assert.match(full.stdout, new RegExp(`\n${serviceProbes.length} passed, 0 failed, 0 skipped\n$`));
     } finally {
       await notes.close();
     }
@@ -198,6 +217,22 @@ suite("the proto-conformance command", () => {
         /^proto-conformance: cannot read the agent key/,
       ],
       [["directory", attestor.url, "--page-size", "0"], /^proto-conformance: .*--page-size.*1 to 100/],
+      [
+        ["service", attestor.url, "--permission-route", "DELETE /notes/x"],
+        /^proto-conformance: .*--permission-route.*give METHOD \/path permission/,
+      ],
+      [
+        ["service", attestor.url, "--permission-route", "TRACE /notes notes:read"],
+        /^proto-conformance: .*the method must be one of GET, POST, PUT, PATCH, DELETE/,
+      ],
+      [
+        ["service", attestor.url, "--permission-route", "DELETE /notes/x Notes:Delete"],
+        /^proto-conformance: .*not a permission name: Notes:Delete/,
+      ],
+      [
+        ["service", attestor.url, "--permission-route", "DELETE /notes/x notes:delete"],
+        /^proto-conformance: --permission-route needs --agent-key and --attestor/,
+      ],
     ];
     for (const [args, message] of cases) {
       const result = await cli(args);

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe as suite, test } from "node:test";
 import { freePort } from "@proto/testkit";
-import { serviceProbes } from "../src/index.js";
+import { type PermissionRoute, serviceProbes } from "../src/index.js";
 import { ABSENT_HEADER } from "../src/service/signature.js";
 import { describe, run } from "./support/run.js";
 import { type Breakage, editJson, pathOf, type StandIn, startStandIn } from "./support/stand-in.js";
@@ -10,6 +10,10 @@ import { type Notes, startFreeService, startNotes } from "./support/targets.js";
 const ids = serviceProbes.map((p) => p.id);
 /** The probes that write, and the one account they share, need a linked agent and its attestor. */
 const WRITES = ["service.invitation.unsupported-recipient", "service.invitation.replaced"];
+const AUTHORITY = "service.authority.insufficient-permission";
+/** The notes service's route that needs a permission no agent holds without its person's approval. */
+const DELETE_ROUTE: PermissionRoute = { method: "DELETE", path: "/notes/x", permission: "notes:delete" };
+const AUTHORITY_SKIPPED = `${AUTHORITY}: skipped: needs --permission-route "METHOD /path permission" (a route needing a permission the linked agent lacks), --agent-key FILE and --attestor URL`;
 
 suite("service probes against the example notes service", () => {
   let notes: Notes;
@@ -20,11 +24,12 @@ suite("service probes against the example notes service", () => {
   });
   after(() => notes.close());
 
-  test("every probe passes, with --write and a linked agent", async () => {
+  test("every probe passes, with --write, a linked agent and the route that needs notes:delete", async () => {
     const { results } = await run(serviceProbes, notes.url, {
       write: true,
       agentKeyPem: agentPem,
       attestorUrl: notes.attestor.url,
+      permissionRoute: DELETE_ROUTE,
     });
     assert.deepEqual(
       results.map((r) => `${r.id}: ${r.status}`),
@@ -37,8 +42,40 @@ suite("service probes against the example notes service", () => {
     const { results } = await run(serviceProbes, notes.url);
     assert.deepEqual(
       results.filter((r) => r.status !== "pass").map((r) => `${r.id}: ${r.status}: ${r.message}`),
-      WRITES.map((id) => `${id}: skipped: creates state on the target: run with --write`),
+      [...WRITES.map((id) => `${id}: skipped: creates state on the target: run with --write`), AUTHORITY_SKIPPED],
       describe(results),
+    );
+  });
+
+  test("the permission probe says why it cannot run: a DELETE without --write, a default permission, a grant holding it", async () => {
+    const linked = await notes.attestor.linkAgent();
+    const probe = async (permissionRoute: PermissionRoute, write: boolean) => {
+      const r = await run(serviceProbes, notes.url, {
+        write,
+        agentKeyPem: linked.pem,
+        attestorUrl: notes.attestor.url,
+        permissionRoute,
+      });
+      const result = r.byId(AUTHORITY);
+      return `${result.status}: ${result.message}`;
+    };
+    assert.equal(
+      await probe(DELETE_ROUTE, false),
+      "skipped: DELETE /notes/x changes state if the service lets it through: run with --write",
+    );
+    assert.equal(
+      await probe({ method: "GET", path: "/notes", permission: "notes:read" }, false),
+      "skipped: notes:read is a default permission: an agent without a grant holds it",
+    );
+    assert.equal(
+      await probe({ method: "GET", path: "/notes", permission: "notes:export" }, false),
+      "skipped: the discovery document declares no permission notes:export: give one the service declares",
+    );
+    const did = `did:web:${new URL(notes.url).host.replace(":", "%3A")}`;
+    await notes.attestor.grant(linked.did, did, { permissions: ["notes:read", "notes:delete"] });
+    assert.equal(
+      await probe(DELETE_ROUTE, true),
+      "skipped: the linked agent's grant holds notes:delete: the probe needs an agent without it",
     );
   });
 
@@ -65,6 +102,7 @@ suite("service probes against a free service on the kit (implicit signup)", () =
       results.filter((r) => r.status !== "pass").map((r) => `${r.id}: ${r.status}: ${r.message}`),
       [
         "service.signup.attestation-required: skipped: unclaimed_mode is free, not attested_only: a signup would create an account",
+        AUTHORITY_SKIPPED,
       ],
       describe(results),
     );
@@ -79,11 +117,12 @@ suite("service probes against a free service on the kit (implicit signup)", () =
         "service.signature.replayed-nonce",
         "service.signup.attestation-required",
         ...WRITES,
+        AUTHORITY,
       ],
       describe(results),
     );
     assert.match(
-      results[2]?.message ?? "",
+      results.find((r) => r.id === "service.signature.accepted")?.message ?? "",
       /unclaimed_mode is free: an accepted request may create an account, run with --write/,
     );
   });
@@ -127,7 +166,8 @@ const seenKeys = new Set<string>();
 /** First answers by signature value (the replay breakage answers a replay like the first). */
 const firstAnswers = new Map<string, { status: number; headers: Record<string, string>; body: string }>();
 
-const BREAKAGES: { id: string; how: string; breakage: Breakage }[] = [
+/** `alsoFails`: probes that rightly fail with it (an invalid member makes the whole document invalid). */
+const BREAKAGES: { id: string; how: string; breakage: Breakage; alsoFails?: string[] }[] = [
   {
     id: "service.discovery.document",
     how: "a document without ed25519 among its signature_algorithms",
@@ -148,6 +188,19 @@ const BREAKAGES: { id: string; how: string; breakage: Breakage }[] = [
         pathOf(e) === "/.well-known/proto"
           ? editJson(a, (b) => {
               delete (b.billing as Record<string, unknown>).accepted_attestors;
+            })
+          : undefined,
+    },
+  },
+  {
+    id: "service.discovery.permissions",
+    how: "a declared permission whose description is two lines",
+    alsoFails: ["service.discovery.document"],
+    breakage: {
+      response: (e, a) =>
+        pathOf(e) === "/.well-known/proto"
+          ? editJson(a, (b) => {
+              b.permissions = { ...(b.permissions as object), "notes:share": { description: "Share\na note" } };
             })
           : undefined,
     },
@@ -289,6 +342,7 @@ const BREAKAGES: { id: string; how: string; breakage: Breakage }[] = [
     how: "401s without WWW-Authenticate",
     breakage: {
       response: (_, a) => {
+        if (a.status !== 401) return undefined;
         const { "www-authenticate": _dropped, ...headers } = a.headers;
         return { ...a, headers };
       },
@@ -321,6 +375,16 @@ const BREAKAGES: { id: string; how: string; breakage: Breakage }[] = [
       response: (e, a) => (pathOf(e) === "/proto/claim" && a.status === 410 ? { ...a, status: 200 } : undefined),
     },
   },
+  {
+    id: AUTHORITY,
+    how: "a route answering 200 to an agent without its permission",
+    breakage: {
+      response: (e, a) =>
+        e.method === "DELETE" && code(a) === "insufficient_permission"
+          ? { status: 200, headers: { "content-type": "application/json" }, body: '{"deleted":1}' }
+          : undefined,
+    },
+  },
 ];
 
 suite("each service probe fails against a stand-in that breaks its rule, and no other does", () => {
@@ -338,7 +402,12 @@ suite("each service probe fails against a stand-in that breaks its rule, and no 
     await standIn.close();
     await notes.close();
   });
-  const options = () => ({ write: true, agentKeyPem: agentPem, attestorUrl: notes.attestor.url });
+  const options = () => ({
+    write: true,
+    agentKeyPem: agentPem,
+    attestorUrl: notes.attestor.url,
+    permissionRoute: DELETE_ROUTE,
+  });
 
   test("the table covers every service probe", () => {
     assert.deepEqual(BREAKAGES.map((b) => b.id).sort(), [...ids].sort());
@@ -350,13 +419,16 @@ suite("each service probe fails against a stand-in that breaks its rule, and no 
     assert.equal(results.filter((r) => r.status !== "pass").length, 0, describe(results));
   });
 
-  for (const { id, how, breakage } of BREAKAGES) {
+  for (const { id, how, breakage, alsoFails = [] } of BREAKAGES) {
     test(`${id} fails on ${how}`, async () => {
       standIn.breakWith(breakage);
       const { results } = await run(serviceProbes, standIn.url, options());
       assert.deepEqual(
-        results.filter((r) => r.status !== "pass").map((r) => `${r.id}: ${r.status}`),
-        [`${id}: fail`],
+        results
+          .filter((r) => r.status !== "pass")
+          .map((r) => `${r.id}: ${r.status}`)
+          .sort(),
+        [id, ...alsoFails].map((failed) => `${failed}: fail`).sort(),
         describe(results),
       );
       const failed = results.find((r) => r.id === id);
@@ -365,4 +437,24 @@ suite("each service probe fails against a stand-in that breaks its rule, and no 
       assert.ok(failed.exchange.status > 0);
     });
   }
+
+  test("a refusal that names the permission only in its body is reported for its challenge", async () => {
+    standIn.breakWith({
+      response: (_, a) =>
+        code(a) === "insufficient_permission"
+          ? {
+              ...a,
+              headers: { ...a.headers, "www-authenticate": 'Proto discovery="x", error="insufficient_permission"' },
+            }
+          : undefined,
+    });
+    const r = await run(serviceProbes, standIn.url, options());
+    const failed = r.byId(AUTHORITY);
+    assert.equal(
+      failed.message,
+      "DELETE /notes/x by an agent without notes:delete: the challenge's permissions= must name notes:delete, got undefined",
+    );
+    // The attestation sent is a credential: the report shows its length only.
+    assert.match(failed.exchange?.requestHeaders["proto-attestation"] ?? "", /^<\d+ characters>$/);
+  });
 });

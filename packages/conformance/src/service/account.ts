@@ -154,7 +154,7 @@ export const errorEnvelope: Probe = {
 const RECIPIENT_TYPES = ["email", "phone", "oidc", "did"];
 
 /** An attestation minted at `--attestor` by the `--agent-key` agent, for the service's DID. */
-async function mintAttestation(context: ProbeContext, did: string, pem: string, attestor: string) {
+export async function mintAttestation(context: ProbeContext, did: string, pem: string, attestor: string) {
   const agent = agentKeyFromPem(pem);
   if (typeof agent === "string") throw new ProbeSkip(agent);
   const url = `${attestor.replace(/\/+$/, "")}/v1/token`;

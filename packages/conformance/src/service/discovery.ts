@@ -5,6 +5,7 @@ import {
   didWebMatchesHost,
   resolveEndpoint,
   validateDiscoveryDocument,
+  validateDiscoveryPermissions,
 } from "@proto/protocol";
 import { expectStatus, isObject, jsonObject } from "../checks.js";
 import type { HttpResponse } from "../http.js";
@@ -150,6 +151,29 @@ export const discoveryBilling: Probe = {
     check(
       !attested || (Array.isArray(attestors) && attestors.length > 0),
       "attested_only without accepted_attestors: no agent can know which attestation a signup needs",
+      response.exchange,
+    );
+    return pass();
+  },
+};
+
+/**
+ * The `permissions` member is optional: a service that declares none is served as before. When
+ * present it is checked on its own, so a problem there is named even if the rest is also wrong.
+ */
+export const discoveryPermissions: Probe = {
+  id: "service.discovery.permissions",
+  description: "permissions, when declared, are valid: names, one-line descriptions, flags, currencies",
+  section: "authority.md §The permissions member of the discovery document",
+  async run(context) {
+    const response = await fetchDiscovery(context);
+    expectStatus(response, 200, "GET /.well-known/proto");
+    const body = jsonObject(response, "the discovery document");
+    if (body.permissions === undefined) return pass();
+    const validation = validateDiscoveryPermissions(body.permissions);
+    check(
+      validation.valid,
+      validation.valid ? "" : validation.errors.map((e) => e.message).join("; "),
       response.exchange,
     );
     return pass();

@@ -7,7 +7,8 @@ import {
   signupAttestationRequired,
   unsupportedRecipient,
 } from "./account.js";
-import { discoveryBilling, discoveryDocument } from "./discovery.js";
+import { insufficientPermission } from "./authority.js";
+import { discoveryBilling, discoveryDocument, discoveryPermissions } from "./discovery.js";
 import {
   expiredSignature,
   extraCarriedComponent,
@@ -25,6 +26,7 @@ import {
 export const serviceProbes: readonly Probe[] = [
   discoveryDocument,
   discoveryBilling,
+  discoveryPermissions,
   signatureAccepted,
   missingDigest,
   missingTargetUri,
@@ -41,4 +43,5 @@ export const serviceProbes: readonly Probe[] = [
   errorEnvelope,
   unsupportedRecipient,
   invitationReplaced,
+  insufficientPermission,
 ];

@@ -26,10 +26,13 @@ const ABSENT_HEADER_VALUE = "1";
 /** trust.md names the codes; the signature profile of a service is upstream's (upstream.md: where ours is silent). */
 const PROFILE = `${RESERVED}; upstream core §5.2, §5.5`;
 
+/** Methods whose requests carry a body (`{}` unless the call gives one). */
+const BODY_METHODS = new Set(["POST", "PUT", "PATCH"]);
+
 export interface SignedCall {
-  method: "GET" | "POST";
+  method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
   url: string;
-  /** The body sent (POST); `{}` by default. */
+  /** The body sent (POST, PUT, PATCH); `{}` by default. */
   body?: string;
   /** Covered components; default the profile's (`content-digest` with a body). */
   components?: string[];
@@ -45,7 +48,7 @@ export interface SignedCall {
 
 /** Headers of a request signed under the proto profile, or broken as the call says. */
 export function signedHeaders(context: ProbeContext, agent: AgentKey, call: SignedCall): Record<string, string> {
-  const body = call.method === "POST" ? (call.body ?? "{}") : undefined;
+  const body = BODY_METHODS.has(call.method) ? (call.body ?? "{}") : undefined;
   const digestSource = call.digestOf ?? body;
   const digest = digestSource === undefined ? undefined : contentDigest(Buffer.from(digestSource, "utf8"));
   const names =
@@ -81,7 +84,7 @@ export function sendSigned(context: ProbeContext, agent: AgentKey, call: SignedC
   const headers = signedHeaders(context, agent, call);
   return context.http.request(call.method, call.url, {
     headers,
-    ...(call.method === "POST" ? { body: call.body ?? "{}" } : {}),
+    ...(BODY_METHODS.has(call.method) ? { body: call.body ?? "{}" } : {}),
   });
 }
 
