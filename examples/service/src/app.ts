@@ -5,8 +5,11 @@
  *   completion, key rotation, owner sign-in with the attestor, the e-mail ceremony) come from
  *   `createService(kit)`. Owners are invited by e-mail address (the kit mails the link) or as
  *   the person their agent's attestations name at the attestor (`oidc`).
- * - `POST /notes` and `GET /notes` are the service's own agent API, guarded by the kit: a valid
- *   request signature, and an attestation at signup (`attested_only`).
+ * - `POST /notes`, `GET /notes`, `DELETE /notes[/:id]` and `POST /notes/:id/pin` are the service's
+ *   own agent API, guarded by the kit: a valid request signature, an attestation at signup
+ *   (`attested_only`), and the permissions the person granted (`NOTES_PERMISSIONS`): reading and
+ *   writing by default, deleting once the person approved it with a passkey, pinning paid for
+ *   under the person's spend limits.
  * - `GET /owner` is the page where a person who claimed an agent reads its notes.
  * - `GET /.well-known/proto-registry-proof` serves the directory's challenge token from `proofDir`,
  *   where `proto directory register --proof-dir` (or `writeProofFile`) puts it.
@@ -17,6 +20,7 @@ import { join } from "node:path";
 import formbody from "@fastify/formbody";
 import {
   type AccountRecord,
+  type AgentContext,
   createKit,
   type InvitationEvent,
   type Kit,
@@ -26,7 +30,14 @@ import {
   openKitStore,
 } from "@proto/kit";
 import { agentRoute, createService, protoServerOptions } from "@proto/kit/fastify";
-import { type FetchFunction, isDidKey, ProtoError, protoError, recipientKey } from "@proto/protocol";
+import {
+  type DiscoveryPermissions,
+  type FetchFunction,
+  isDidKey,
+  ProtoError,
+  protoError,
+  recipientKey,
+} from "@proto/protocol";
 import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
 import { mountMcp } from "./mcp.js";
 import { type Note, NotesStore } from "./notes-store.js";
@@ -42,6 +53,7 @@ import {
   PAGE_HEADERS,
   signInAgainPage,
 } from "./pages.js";
+import { noteNotFound, pinNote } from "./pins.js";
 
 /** The attestation issuer of our attestor (`iss` of its attestations). */
 export const DEFAULT_ATTESTOR_ISSUER = "proto-trust";
@@ -51,6 +63,18 @@ export const DEFAULT_ATTESTOR_NAME = "proto trust";
 export const MAX_NOTE_LENGTH = 2000;
 export const OWNER_PAGE = "/owner";
 export const PROOF_PATH = "/.well-known/proto-registry-proof";
+
+/**
+ * What an agent may do here (docs/authority.md). Reading and writing are granted at sign-up, so
+ * every agent (an upstream SDK's, an attestor's without grants) works as it always did; deleting
+ * needs the person's approval with a passkey; pinning is paid, under the person's spend limits.
+ */
+export const NOTES_PERMISSIONS = {
+  "notes:read": { description: "Read your notes", default: true },
+  "notes:write": { description: "Add notes", default: true },
+  "notes:delete": { description: "Delete your notes", phishing_resistant: true },
+  purchase: { description: "Pay to pin notes", currency: "EUR" },
+} as const satisfies DiscoveryPermissions;
 
 export interface NotesServiceOptions {
   /** The public origin agents sign and people visit (`https://notes.example`), whatever the process listens on. */
@@ -133,7 +157,13 @@ export function parseNoteText(body: Record<string, unknown>): string {
 }
 
 function noteResource(note: Note) {
-  return { id: note.id, text: note.text, created_at: new Date(note.createdAt).toISOString() };
+  return { id: note.id, text: note.text, created_at: new Date(note.createdAt).toISOString(), pinned: note.pinned };
+}
+
+/** The agent a guarded route's handler serves (the kit's guard ran before it). */
+function agentOf(request: { proto?: AgentContext | null }): AgentContext {
+  if (request.proto === undefined || request.proto === null) throw new Error("the kit's guard did not run");
+  return request.proto;
 }
 
 function sendError(reply: FastifyReply, error: ProtoError): FastifyReply {
@@ -171,6 +201,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
       serviceName: "Notes",
       ownerPage: OWNER_PAGE,
       store,
+      permissions: NOTES_PERMISSIONS,
       discovery: {
         service_did: serviceDid,
         // An e-mail recipient proves the address with the link the kit mails (every conforming
@@ -227,7 +258,14 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
   });
 
   app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
-    if (error instanceof ProtoError) return sendError(reply, error);
+    // Through the kit: a refusal for want of a permission carries the challenge naming it.
+    if (error instanceof ProtoError) {
+      const refusal = kit.errorResponse(error);
+      return reply
+        .code(refusal.status)
+        .headers({ ...refusal.headers, "cache-control": "no-store" })
+        .send(refusal.body);
+    }
     const status = error.statusCode ?? 500;
     if (status === 413) return sendError(reply, new ProtoError("payload_too_large", 413, "the body is too large"));
     if (status >= 400 && status < 500) return sendError(reply, new ProtoError("malformed_request", 400, error.message));
@@ -250,18 +288,43 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
 
     api.post(
       "/notes",
-      { ...agentRoute(kit, { route: "notes.write" }), bodyLimit: kit.maxBodyBytes },
+      { ...agentRoute(kit, { route: "notes.write", permissions: ["notes:write"] }), bodyLimit: kit.maxBodyBytes },
       async (request, reply) => {
-        const agent = request.proto!;
+        const agent = agentOf(request);
         const note = await notes.add(agent.record.id, parseNoteText(agent.json()), now());
         return reply.code(201).send({ note: noteResource(note) });
       },
     );
 
-    api.get("/notes", agentRoute(kit, { route: "notes.read" }), async (request) => {
-      const agent = request.proto!;
-      return { notes: (await notes.list(agent.record.id)).map(noteResource) };
+    api.get("/notes", agentRoute(kit, { route: "notes.read", permissions: ["notes:read"] }), async (request) => {
+      return { notes: (await notes.list(agentOf(request).record.id)).map(noteResource) };
     });
+
+    // Deleting needs `notes:delete`, which no agent holds until its person approved it.
+    const deleting = agentRoute(kit, { route: "notes.delete", permissions: ["notes:delete"] });
+    api.delete<{ Params: { id: string } }>("/notes/:id", deleting, async (request) => {
+      if (!(await notes.remove(agentOf(request).record.id, request.params.id))) throw noteNotFound();
+      return { deleted: 1 };
+    });
+    api.delete("/notes", deleting, async (request) => ({ deleted: await notes.removeAll(agentOf(request).record.id) }));
+
+    // Pinning is paid (0.50 EUR, `kit.spend`): the permission is `purchase`, checked as it spends.
+    api.post<{ Params: { id: string } }>(
+      "/notes/:id/pin",
+      { ...agentRoute(kit, { route: "notes.pin" }), bodyLimit: kit.maxBodyBytes },
+      async (request) => {
+        const pinned = await pinNote(kit, notes, agentOf(request), request.params.id, now());
+        return {
+          note: noteResource(pinned.note),
+          payment: {
+            reference: pinned.reference,
+            amount: pinned.pin.amount,
+            currency: pinned.pin.currency,
+            replayed: pinned.replayed,
+          },
+        };
+      },
+    );
 
     // Who the service takes the caller for, in each tier: anonymous, a signed agent (Web Bot Auth
     // alone: who vouches for it and its key), or an agent acting for its account.
@@ -345,6 +408,7 @@ export async function buildNotesService(options: NotesServiceOptions): Promise<N
             notes: (await notes.list(record.id)).map((note) => ({
               text: note.text,
               createdAt: new Date(note.createdAt).toISOString(),
+              pinned: note.pinned,
             })),
           });
         } else if (record.claimedAt === undefined) {

@@ -73,6 +73,8 @@ export function homePage(input: HomeInput): string {
 export interface OwnerNote {
   text: string;
   createdAt: string;
+  /** Pinned by the agent (a paid action): listed first. */
+  pinned: boolean;
 }
 
 export interface OwnedAgent {
@@ -126,7 +128,7 @@ function agentSection(agent: OwnedAgent, index: number, csrf: string): string {
       : `<ol class="notes">${agent.notes
           .map(
             (note) =>
-              `<li><p class="text">${escapeHtml(note.text)}</p><p class="muted"><time datetime="${escapeHtml(note.createdAt)}">${escapeHtml(note.createdAt)}</time></p></li>`,
+              `<li><p class="text">${escapeHtml(note.text)}</p><p class="muted">${note.pinned ? "Pinned · " : ""}<time datetime="${escapeHtml(note.createdAt)}">${escapeHtml(note.createdAt)}</time></p></li>`,
           )
           .join("")}</ol>`;
   const claimed = agent.claimedAt === undefined ? "" : `<p class="muted">Claimed at ${escapeHtml(agent.claimedAt)}</p>`;
