@@ -95,9 +95,16 @@ for (const variant of VARIANTS) {
           TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
           TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
           LOG_LEVEL: "warn",
+          // The attestor reads the notes service's declared permissions (the scopes it may grant)
+          // from its discovery document, on this machine, over HTTPS with the test CA.
+          PROTO_FETCH_ALLOW_PRIVATE: "1",
           ...(variant.postgres && REDIS ? { REDIS_URL: REDIS } : {}),
         }),
-        { logStream: quietStream(), redisPrefix: `proto:test:mcpd:${randomBytes(4).toString("hex")}:` },
+        {
+          logStream: quietStream(),
+          redisPrefix: `proto:test:mcpd:${randomBytes(4).toString("hex")}:`,
+          fetchCa: ca.certPem,
+        },
       );
       await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
 

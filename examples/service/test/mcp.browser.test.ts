@@ -179,9 +179,17 @@ for (const variant of VARIANTS) {
           SMTP_URL: smtp.url,
           MAIL_FROM: "proto trust <signin@trust.test>",
           LOG_LEVEL: "warn",
+          // The attestor reads the notes service's declared permissions (the scopes it may grant,
+          // and how the consent page describes them) from its discovery document.
+          PROTO_FETCH_ALLOW_PRIVATE: "1",
+          PROTO_FETCH_RESOLVE: `${NOTES_HOST}:${notesPort}:127.0.0.1`,
           ...(variant.postgres && REDIS ? { REDIS_URL: REDIS } : {}),
         }),
-        { logStream: quietStream(), redisPrefix: `proto:test:mcp:${randomBytes(4).toString("hex")}:` },
+        {
+          logStream: quietStream(),
+          redisPrefix: `proto:test:mcp:${randomBytes(4).toString("hex")}:`,
+          fetchCa: ca.certPem,
+        },
       );
       await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
 
@@ -315,6 +323,8 @@ for (const variant of VARIANTS) {
         const text = (await page.locator("main").textContent()) ?? "";
         assert.match(text, /named itself/, "a self-registered client is said to be unchecked");
         assert.match(text, /this computer/, "a loopback redirect is pointed out");
+        // The scope asked for (the resource's required one), in the notes service's own words.
+        assert.match(text, /Read your notes/, "the service's description of notes:read");
         await page.getByRole("button", { name: "Allow" }).click();
         await page.waitForURL((u) => u.hostname === "127.0.0.1" && u.pathname === "/callback");
       });
@@ -335,7 +345,7 @@ for (const variant of VARIANTS) {
         const person = new Client({ name: "desk-assistant", version: "1.0.0" });
         await person.connect(transportFor());
         const tools = (await person.listTools()).tools.map((t) => t.name).sort();
-        assert.deepEqual(tools, ["add_note", "list_notes", "whoami"]);
+        assert.deepEqual(tools, ["add_note", "delete_note", "list_notes", "whoami"]);
         const personSeen = toolJson(await person.callTool({ name: "whoami", arguments: {} }));
         assert.equal(personSeen.kind, "person");
         assert.equal(personSeen.issuer, "proto-trust");
@@ -356,6 +366,14 @@ for (const variant of VARIANTS) {
           (listed.notes as { text: string }[]).map((n) => n.text),
           ["from MCP"],
         );
+        // Deleting needs notes:delete, which the person has not granted this agent: the tool says
+        // so, naming what to ask for and where.
+        const refused = await headless.callTool({ name: "delete_note", arguments: { id: String(added.id) } });
+        assert.equal(refused.isError, true);
+        const envelope = toolJson(refused).error as { code: string; details: Record<string, unknown> };
+        assert.equal(envelope.code, "insufficient_permission");
+        assert.deepEqual(envelope.details.missing, ["notes:delete"]);
+        assert.equal(envelope.details.attestor, trustUrl);
         await headless.close();
 
         // The person sees the agent's account (it acts for them) and its note.

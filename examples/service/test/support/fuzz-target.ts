@@ -19,6 +19,7 @@ import type { StoreVariant } from "../../../../packages/server/test/support/stor
 import { freePort, trustTestEnv } from "../../../../packages/server/test/support/trust.js";
 import { buildNotesService } from "../../src/app.js";
 import { MCP_PATH } from "../../src/mcp.js";
+import { putAgentGrant, type TrustApp } from "./notes-stack.js";
 
 export interface RunningTarget extends FuzzTarget {
   close(): Promise<void>;
@@ -35,7 +36,7 @@ export const NOTES_ROUTE_KINDS: [RegExp, RouteKind][] = [
   [/^\/proto\/v1\/claim\/[^/]+$/, "dual"],
   [/^\/proto\/v1\//, "api"],
   [/^\/proto\/owner\/(signout|accounts)/, "api"],
-  [/^\/(notes|whoami)$/, "api"],
+  [/^\/(notes(\/[^/]+(\/pin)?)?|whoami)$/, "api"],
   [/^\/mcp$/, "jsonrpc"],
   [/^\/\.well-known\/oauth-protected-resource(\/mcp)?$/, "api"],
 ];
@@ -66,7 +67,20 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
   });
   await notes.app.listen({ port: notesPort, host: "127.0.0.1" });
 
-  const bearer = await mcpAccessToken(trustUrl, `${publicUrl}${MCP_PATH}`);
+  const stop = async () => {
+    await notes.close();
+    await trust.close();
+    await notesDb.drop();
+    await trustDb.drop();
+  };
+  let bearer: Awaited<ReturnType<typeof mcpAccessToken>>;
+  try {
+    bearer = await mcpAccessToken(trust, trustUrl, notes.serviceDid, `${publicUrl}${MCP_PATH}`);
+  } catch (error) {
+    // Left running, the servers would keep the test process alive after the failure.
+    await stop();
+    throw error;
+  }
 
   // Requests are signed by a key that has no account: signature checks pass, the account lookup does not.
   const { privateKey, publicKey } = generateKeyPairSync("ed25519");
@@ -80,7 +94,16 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
     );
     return Object.entries(signed.headers);
   };
-  const signable = ["POST /notes", "GET /notes", "GET /whoami", "POST /proto/v1/accounts", "GET /proto/v1/accounts/me"];
+  const signable = [
+    "POST /notes",
+    "GET /notes",
+    "DELETE /notes",
+    "DELETE /notes/:id",
+    "POST /notes/:id/pin",
+    "GET /whoami",
+    "POST /proto/v1/accounts",
+    "GET /proto/v1/accounts/me",
+  ];
   return {
     name: `notes service (${variant.name})`,
     url: publicUrl,
@@ -97,7 +120,7 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
     redirectOrigins: [trustUrl],
     healthPath: null,
     vocabulary: {
-      params: {},
+      params: { id: ["note_AAAAAAAAAAAAAAAA"] },
       fields: {
         text: ["a note"],
         token: ["a-claim-token"],
@@ -142,10 +165,7 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
     },
     async close() {
       await bearer.close();
-      await notes.close();
-      await trust.close();
-      await notesDb.drop();
-      await trustDb.drop();
+      await stop();
     },
   };
 }
@@ -153,8 +173,15 @@ export async function startNotesTarget(variant: StoreVariant): Promise<RunningTa
 /**
  * An access token for the MCP endpoint, as an agent gets one: linked to a person at the attestor
  * (its test hook confirms), then the agent SDK's JWT-bearer provider. Ten minutes: the whole run.
+ * The person granted it `notes:read` here: the attestor, which reads a service's declared
+ * permissions over HTTPS only, then need not read this plain-HTTP target's.
  */
-async function mcpAccessToken(trustUrl: string, mcpUrl: string): Promise<{ token: string; close(): Promise<void> }> {
+async function mcpAccessToken(
+  trust: TrustApp,
+  trustUrl: string,
+  serviceDid: string,
+  mcpUrl: string,
+): Promise<{ token: string; close(): Promise<void> }> {
   const home = mkdtempSync(join(tmpdir(), "proto-notes-fuzz-agent-"));
   const agent = Agent.init({ home, attestorUrl: trustUrl }).agent;
   const request = await agent.attestor().linkStart({ label: "fuzz agent" });
@@ -166,6 +193,12 @@ async function mcpAccessToken(trustUrl: string, mcpUrl: string): Promise<{ token
   if (confirmed.status !== 200) throw new Error(`link confirmation answered ${confirmed.status}`);
   if ((await agent.attestor().pollOnce(request.req_id)).state !== "confirmed")
     throw new Error("the link did not confirm");
+  await putAgentGrant(trust, agent.did, {
+    aud: serviceDid,
+    serviceUrl: new URL(mcpUrl).origin,
+    permissions: ["notes:read", "notes:write"],
+    now: Date.now(),
+  });
   const provider = createMcpAuthProvider(agent);
   const client = new Client({ name: "fuzz", version: "1.0.0" });
   await client.connect(
