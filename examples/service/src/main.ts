@@ -102,6 +102,7 @@ notes service ${service.serviceDid}
   owner page        ${origin}/owner
   invitation mail   ${smtpUrl === undefined ? `development outbox: ${origin}${service.kit.ownerPath}/dev/outbox` : `SMTP, from ${mailFrom}`}
   agent API         POST ${origin}/notes {"text"}, GET ${origin}/notes, GET ${origin}/whoami
+                    DELETE ${origin}/notes[/ID] (notes:delete, approved with a passkey), POST ${origin}/notes/ID/pin (0.50 EUR)
   Web Bot Auth      ${webBotAuthSetting === "on" ? "signed agents accepted on /whoami (NOTES_WEB_BOT_AUTH=off to refuse)" : "off"}
   listing proof     ${proofDir}/.well-known/proto-registry-proof
 
