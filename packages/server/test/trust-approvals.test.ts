@@ -260,15 +260,16 @@ describe("approvals at the attestor", () => {
         assertError(notJson, 400, "invalid_request");
       });
 
-      test("a service whose document cannot be read: 503 with Retry-After", async () => {
+      test("a service whose document cannot be read: 400 invalid_request naming it (the agent's mistake, not an outage)", async () => {
         const { agent } = await linked();
         const answer = await h.signed(agent, "POST", "/v1/approvals", {
           aud: didOf(svc.brokenUrl),
           permissions: ["notes:write"],
           reason: REASON,
         });
-        assertError(answer, 503, "service_unavailable");
-        assertRetryAfter(answer, 1, 60);
+        assertError(answer, 400, "invalid_request");
+        assert.match(answer.json.error.message, /discovery document/);
+        assert.equal(answer.json.error.details.service_url, new URL(svc.brokenUrl).origin);
       });
 
       test("unsigned, unlinked and revoked agents are refused", async () => {

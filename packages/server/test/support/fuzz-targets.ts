@@ -150,9 +150,27 @@ const WEBHOOK_SECRET = "whsec_fuzz_standin_0123456789abcdef";
 const PUBLIC_URL = "https://trust.test";
 
 /** The paid API and the upstream OpenID provider, as far as a fuzzed request can reach them. */
-async function startStandIns(): Promise<{ host: HttpsHost; fetch: ReturnType<typeof testFetch> }> {
+async function startStandIns(): Promise<{
+  host: HttpsHost;
+  fetch: ReturnType<typeof testFetch>;
+  caPem: string;
+  serviceDid: string;
+}> {
   const ca = await createTestCA();
-  const host = await startHttpsHost({ ca, hostnames: ["idp.test", "pay.test"] });
+  const host = await startHttpsHost({ ca, hostnames: ["idp.test", "pay.test", "notes.test"] });
+  // A service declaring permissions, so approval requests reach past the service's document.
+  const serviceDid = `did:web:${new URL(host.origin("notes.test")).host.replace(":", "%3A")}`;
+  host.route("/.well-known/proto", {
+    body: {
+      proto_version: "0.1",
+      service_did: serviceDid,
+      permissions: {
+        "notes:read": { description: "Read your notes", default: true },
+        "notes:delete": { description: "Delete your notes", phishing_resistant: true },
+        purchase: { description: "Pay to pin notes", currency: "EUR" },
+      },
+    },
+  });
   const issuer = host.origin("idp.test");
   host.route("/.well-known/openid-configuration", {
     body: {
@@ -174,7 +192,7 @@ async function startStandIns(): Promise<{ host: HttpsHost; fetch: ReturnType<typ
     res.writeHead(200, { "content-type": "application/json" });
     res.end(JSON.stringify({ id, object: "checkout.session", url: `${host.origin("pay.test")}/pay/${id}` }));
   });
-  return { host, fetch: testFetch(ca, { resolve: host.resolveEntries() }) };
+  return { host, fetch: testFetch(ca, { resolve: host.resolveEntries() }), caPem: ca.certPem, serviceDid };
 }
 
 /**
@@ -243,12 +261,15 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
     TRUST_UPSTREAM_OIDC_ISSUER: standIns.host.origin("idp.test"),
     TRUST_UPSTREAM_OIDC_CLIENT_ID: "trust-fuzz",
     TRUST_UPSTREAM_OIDC_CLIENT_SECRET: "a-client-secret-for-the-fuzzer-0123456789",
+    PROTO_FETCH_ALLOW_PRIVATE: "1",
+    PROTO_FETCH_RESOLVE: standIns.host.resolveEntries(),
   };
   const app = await buildTrustApp(readTrustConfig(env), {
     logStream: quietLog(),
     redisPrefix,
     paymentFetch: standIns.fetch as unknown as PaymentFetch,
     upstreamFetch: standIns.fetch as unknown as UpstreamFetch,
+    fetchCa: standIns.caPem,
   });
   const url = await listenLocal(app.app);
   const request = (method: string, path: string, body?: unknown) => httpRequest(url, method, path, { body });
@@ -293,11 +314,17 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
     url,
     routes: fuzzable(routesOf(app.app)),
     kindOf: kindByPath([...ATTESTOR_ROUTE_KINDS, ...SERVER_ROUTE_KINDS]),
-    signable: ["POST /v1/token", "POST /webhooks/payment"],
+    signable: [
+      "POST /v1/token",
+      "POST /webhooks/payment",
+      "GET /v1/grants",
+      "POST /v1/approvals",
+      "GET /v1/approvals/:approval_id",
+    ],
     redirectOrigins: [PUBLIC_URL, OIDC_REDIRECT, standIns.host.origin("idp.test"), standIns.host.origin("pay.test")],
     sign,
     vocabulary: {
-      params: { id: [bindingId] },
+      params: { id: [bindingId], approval_id: ["apr_unknown"] },
       fields: {
         agent_did: [agent.did],
         agent_pubkey_b64: [agent.publicKeyB64],
@@ -330,6 +357,14 @@ export async function startTrustTarget(variant: StoreVariant, options: TargetOpt
         },
         "POST /v1/link/poll": { body: { req_id: reqId, sig_b64: proof } },
         "POST /v1/token": { body: { aud: "did:web:service.example" } },
+        "POST /v1/approvals": {
+          body: {
+            aud: standIns.serviceDid,
+            permissions: ["notes:delete"],
+            spend_limits: [{ permission: "purchase", currency: "EUR", per_transaction: 50 }],
+            reason: "Tidy up the notes you asked me to",
+          },
+        },
         "GET /link": { query: { req: pendingReq } },
         "POST /link/confirm": { body: { _csrf: session.csrf, req: pendingReq } },
         "POST /link/decline": { body: { _csrf: session.csrf, req: "unknown" } },

@@ -162,7 +162,7 @@ export async function agentAuthorityRoutes(app: FastifyInstance, options: AgentA
 
 Body: \`aud\` (the service's DID), \`service_url\` (its origin; default https:// and the did:web's host), \`permissions\` (names the service declares), \`spend_limits\` (\`{ permission, currency, per_transaction?, per_period?, period? }\`, amounts in minor units, the currency the permission declares), \`reason\` (1 to 200 characters, one line: shown to the person as the agent's words). At least one permission or limit; a limit also asks for its permission.
 
-Errors: 400 \`invalid_request\` (what is wrong; also a permission the service does not declare, or a service_url whose document names another service); ${SIGNED_ERRORS} (10 a minute per agent, 30 an hour per person); 503 \`service_unavailable\` with \`Retry-After\` when the service's discovery document cannot be read.`,
+Errors: 400 \`invalid_request\` (what is wrong; also a permission the service does not declare, a service_url whose document names another service, or a service whose discovery document cannot be read); ${SIGNED_ERRORS} (10 a minute per agent, 30 an hour per person); 503 \`service_unavailable\` with \`Retry-After\` when every one of the attestor's fetches of services' documents is busy.`,
         tags: ["authority"],
         security: [{ httpSignature: [] }],
         response: {

@@ -273,13 +273,15 @@ async function readDeclaration(deps: AskDeps, asked: Asked, clientIp: string): P
     return (await deps.declarations.of(asked.origin, asked.aud, clientIp)).permissions;
   } catch (error) {
     if (error instanceof AudienceMismatch) throw invalidRequest(error.message);
+    // The agent named a service without a readable document (none there, unreachable, invalid):
+    // its request cannot be judged. A client's mistake, not the attestor's outage; the failure is
+    // remembered a short while, which the message says.
     if (error instanceof DeclarationProblem) {
       throw new ApiError(
-        503,
-        "service_unavailable",
-        `${error.message}; the attestor needs it to know what ${asked.aud} declares`,
+        400,
+        "invalid_request",
+        `${error.message}; the attestor needs it to know what ${asked.aud} declares (it is read again after ${deps.unreadableRetryAfterSeconds} seconds)`,
         { service_url: asked.origin },
-        deps.unreadableRetryAfterSeconds,
       );
     }
     if (error instanceof FetchRefused) {
