@@ -1,6 +1,6 @@
 /**
  * What `npm run dev` prints once everything listens: every URL a person opens, the development CA,
- * and the five `proto` commands to try next, numbered, each one line that works when pasted into a
+ * and the six `proto` commands to try next, numbered, each one line that works when pasted into a
  * POSIX shell in the repository (the `dev-stack` test runs exactly these lines).
  */
 import type { DevUrls } from "./stack.js";
@@ -32,7 +32,7 @@ export const FIRST_NOTE = JSON.stringify({ text: "Hello from my agent" });
  */
 export const PROTO_COMMAND = "node_modules/.bin/proto";
 
-/** The five commands, in order (also what the test runs). */
+/** The six commands, in order (also what the test runs). */
 export function nextCommands(input: Pick<BannerInput, "urls" | "caCertPath">): string[] {
   const { urls } = input;
   return [
@@ -43,6 +43,8 @@ export function nextCommands(input: Pick<BannerInput, "urls" | "caCertPath">): s
     `${PROTO_COMMAND} directory list`,
     // The same notes as MCP tools: the agent gets an access token from the attestor by itself.
     `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} ${PROTO_COMMAND} mcp ${urls.notes}/mcp list_notes`,
+    // Deleting needs a permission no agent holds by default: the call asks the person first.
+    `NODE_EXTRA_CA_CERTS=${shellQuote(input.caCertPath)} ${PROTO_COMMAND} call -X DELETE ${urls.notes}/notes`,
   ];
 }
 
@@ -59,7 +61,7 @@ export function renderBanner(input: BannerInput): string {
     ["", urls.notesOutbox, "invitation mail (development outbox)"],
   ];
   const width = Math.max(...rows.map(([, url]) => url.length));
-  const [init, link, call, list, mcp] = nextCommands(input);
+  const [init, link, call, list, mcp, remove] = nextCommands(input);
   const logs =
     input.logLevel === "warn"
       ? "warnings and errors only (LOG_LEVEL=info npm run dev for every request)"
@@ -85,6 +87,8 @@ export function renderBanner(input: BannerInput): string {
     `  4. ${list}`,
     `  5. ${mcp}`,
     `       the same notes through the service's MCP endpoint (without list_notes: every tool)`,
+    `  6. ${remove}`,
+    `       deleting needs your approval: it prints a link where you approve with a passkey, then deletes the notes`,
     "",
   ].join("\n");
 }

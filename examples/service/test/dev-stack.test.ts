@@ -3,8 +3,10 @@
  * ports), the banner it prints, then exactly the commands the banner lists, pasted into a shell
  * in a fresh agent home: `proto init`, `proto trust link` (the person opens the link in a browser,
  * signs in through the attestor's development outbox and confirms), `proto call` to the notes
- * service over HTTPS, `proto directory list`. Then the person reads the agent's signup on the notes
- * service's owner page (owner sign-in with the attestor), and Ctrl-C stops everything.
+ * service over HTTPS, `proto directory list`, `proto mcp`, and `proto call -X DELETE`, which asks
+ * the person for an approval (here with `--no-wait`: approving with a passkey is
+ * authority.browser.test.ts's). Then the person reads the agent's signup on the notes service's
+ * owner page (owner sign-in with the attestor), and Ctrl-C stops everything.
  *
  * Here, not next to the servers: the stack is the notes example with our servers, and this folder's
  * tests are part of `npm test`.
@@ -67,7 +69,7 @@ function spkiHash(certPem: string): string {
 
 after(stopAll);
 
-test("npm run dev, then the four commands of its banner, in a fresh agent home", async (t) => {
+test("npm run dev, then the six commands of its banner, in a fresh agent home", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "proto-dev-data-"));
   const home = mkdtempSync(join(tmpdir(), "proto-dev-home-"));
   t.after(() => {
@@ -87,7 +89,7 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
     },
   });
 
-  // The banner: every URL, the development CA, the four commands.
+  // The banner: every URL, the development CA, the six commands.
   await stack.waitFor(/^ {2}4\. .+$/m);
   const banner = stack.stdout();
   const directory = `http://localhost:${directoryPort}`;
@@ -110,8 +112,8 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   assert.ok(banner.includes("test hooks off"), banner);
   assert.match(banner, /listed \(did:web:localhost%3A\d+\)/);
   const commands = [...banner.matchAll(/^ {2}(\d)\. (.+)$/gm)].map((m) => m[2] as string);
-  assert.equal(commands.length, 5, banner);
-  const [init, link, call, list, mcp] = commands as [string, string, string, string, string];
+  assert.equal(commands.length, 6, banner);
+  const [init, link, call, list, mcp, remove] = commands as [string, string, string, string, string, string];
   // The command by its path in the clone: `npx proto` outside the repository asks the npm
   // registry for an unrelated package named `proto`.
   assert.match(init, /^node_modules\/\.bin\/proto init /);
@@ -122,6 +124,11 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   assert.match(mcp, new RegExp(`node_modules/\\.bin/proto mcp ${notes}/mcp list_notes$`));
   assert.ok(!commands.some((command) => /\bnpx\b/.test(command)), commands.join("\n"));
   assert.match(mcp, /^NODE_EXTRA_CA_CERTS=/);
+  assert.match(
+    remove,
+    new RegExp(`^NODE_EXTRA_CA_CERTS=\\S+ node_modules/\\.bin/proto call -X DELETE ${notes}/notes$`),
+  );
+  assert.match(banner, /approval.*passkey/, "the banner says deleting asks the person, with a passkey");
 
   // The CA is kept in the data folder, its key readable by its owner only; the test hooks are off.
   assert.equal(statSync(join(dataDir, "dev-ca", "ca-key.pem")).mode & 0o077, 0);
@@ -187,6 +194,16 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   assert.equal(tools.code, 0, tools.stderr);
   assert.ok(tools.stdout.includes("Hello from my agent"), tools.stdout);
 
+  // Deleting needs the person's approval: the service refuses, the command asks at the attestor
+  // and prints where to approve (`--no-wait`: it stops there, exit 7); nothing was deleted.
+  const asked = await shell(`${remove} --no-wait`, agentEnv);
+  assert.equal(asked.code, 7, `${asked.stdout}\n${asked.stderr}`);
+  assert.match(asked.stdout, /HTTP 403/);
+  assert.match(asked.stdout, new RegExp(`${trust}/approvals/\\S+`));
+  assert.match(asked.stderr, /approval_pending/);
+  const kept = await shell(call.replace(/ -d .*$/, ""), agentEnv);
+  assert.ok(kept.stdout.includes("Hello from my agent"), kept.stdout);
+
   // The person signs in on the notes service with the attestor (its OpenID client is registered)
   // and sees the agent their attestation signed up (same browser: already signed in there).
   const ownerPage = await context.newPage();
@@ -206,7 +223,7 @@ test("npm run dev, then the four commands of its banner, in a fresh agent home",
   for (const port of [directoryPort, trustPort, notesPort]) assert.ok(await refused(port), `port ${port} is free`);
 });
 
-test("the README's five commands are the banner's at the default ports; no README runs `npx proto`", () => {
+test("the README's six commands are the banner's at the default ports; no README runs `npx proto`", () => {
   const readme = readFileSync(join(REPO_ROOT, "README.md"), "utf8");
   const section = readme.slice(readme.indexOf("### Trying it"));
   const block = [...section.matchAll(/```sh\n([\s\S]*?)```/g)][1]?.[1] ?? "";
