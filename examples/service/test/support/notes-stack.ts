@@ -84,6 +84,11 @@ export interface NotesStack {
 export interface NotesStackOptions {
   /** More of the attestor's environment (SMTP_URL and MAIL_FROM, say). */
   trustEnv?: Record<string, string>;
+  /**
+   * The attestor's host name in its public URL (default `127.0.0.1`; it listens there either way):
+   * `localhost` for passkeys, since WebAuthn needs a domain for its relying-party ID.
+   */
+  attestorHost?: "127.0.0.1" | "localhost";
 }
 
 export async function startNotesStack(variant: StoreVariant, options: NotesStackOptions = {}): Promise<NotesStack> {
@@ -93,7 +98,7 @@ export async function startNotesStack(variant: StoreVariant, options: NotesStack
   const trustDb = await createTestDatabase(variant.engine, "notes_auth_trust");
   const notesDb = await createTestDatabase(variant.engine, "notes_auth_notes");
   const [trustPort, notesPort] = [await freePort(), await freePort()];
-  const trustUrl = `http://127.0.0.1:${trustPort}`;
+  const trustUrl = `http://${options.attestorHost ?? "127.0.0.1"}:${trustPort}`;
   const publicUrl = `https://localhost:${notesPort}`;
   const serviceDid = `did:web:localhost%3A${notesPort}`;
   const parts: { trust?: TrustApp; notes?: NotesService; fetch?: TestFetch } = {};
