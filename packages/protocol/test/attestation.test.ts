@@ -82,6 +82,8 @@ describe("attestation verifier rules", async () => {
       verification: "email",
       subH: SUB_H,
       kid: "k1",
+      // No grant claims: the service's default permissions apply (docs/authority.md).
+      grant: undefined,
     });
   });
 

@@ -44,7 +44,7 @@ describe("reserved error codes", () => {
     }
   });
 
-  test("the attestor's codes: the spec's table and service_suspended (403), final for its service", () => {
+  test("the attestor's codes: the spec's table, service_suspended and grant_revoked (403), final for their service", () => {
     const statuses = Object.fromEntries(Object.entries(ATTESTOR_ERRORS).map(([code, spec]) => [code, spec.status]));
     assert.deepEqual(statuses, {
       invalid_request: 400,
@@ -53,13 +53,19 @@ describe("reserved error codes", () => {
       binding_revoked: 403,
       verification_required: 403,
       service_suspended: 403,
+      grant_revoked: 403,
       not_found: 404,
       binding_expired: 410,
       link_request_expired: 410,
       rate_limited: 429,
       internal_error: 500,
     });
-    assert.deepEqual([...FINAL_MINT_ERRORS].sort(), ["binding_expired", "binding_revoked", "service_suspended"]);
+    assert.deepEqual([...FINAL_MINT_ERRORS].sort(), [
+      "binding_expired",
+      "binding_revoked",
+      "grant_revoked",
+      "service_suspended",
+    ]);
     // The attestor's codes are not the reserved codes of services.
     assert.equal(isReservedErrorCode("service_suspended"), false);
   });
