@@ -127,6 +127,17 @@ for (const variant of STORE_VARIANTS) {
       assert.equal((await claimsOf(agent, NOTES)).grant_id, granted.id);
     });
 
+    test("a re-link by the same person keeps the grant, its id and its claims", async () => {
+      const email = `relink-${Math.random().toString(36).slice(2)}@mail.test`;
+      const { agent, bindingId } = await h.link(undefined, email);
+      const granted = await grant(bindingId, NOTES, { permissions: ["notes:read", "notes:delete"] });
+      const again = await h.link(agent, email);
+      assert.notEqual(again.bindingId, bindingId);
+      const claims = await claimsOf(agent, NOTES);
+      assert.equal(claims.grant_id, granted.id);
+      assert.equal(claims.scope, "notes:read notes:delete");
+    });
+
     test("GET /v1/grants, signed by the agent, lists its grants; unsigned or unlinked is refused", async () => {
       const { agent, bindingId } = await h.link();
       const granted = await grant(bindingId, NOTES, {

@@ -391,6 +391,9 @@ function authority(engine: Engine): Migration {
     "create index trust_approvals_human on trust_approvals (human_id, created_at)",
     "create index trust_approvals_agent on trust_approvals (agent_did, created_at)",
     "create index trust_approvals_expiry on trust_approvals (expires_at)",
+    // Set once a binding has a grant: the mint looks grants up only then (most bindings never
+    // ask for more, and the mint is the attestor's hot path).
+    "alter table trust_bindings add column has_grants integer not null default 0",
   ];
   return {
     async up(db: Kysely<unknown>) {
@@ -491,6 +494,8 @@ export interface TrustSchema extends HumanSideSchema, PaymentSchema, AuthoritySc
     /** The daily window (`floor(now / window)`) that `mint_day_count` counts mints of. */
     mint_day: number;
     mint_day_count: number;
+    /** 1 once the binding has had a grant (see the authority migration), else 0. */
+    has_grants: number;
   };
   trust_link_requests: {
     id: string;

@@ -347,6 +347,7 @@ export class TrustService {
           wba_published_at: live !== undefined && live.human_id === humanId ? live.wba_published_at : null,
           mint_day: 0,
           mint_day_count: 0,
+          has_grants: 0,
         };
         await store.insertBinding(trx, binding);
         // The same person re-linking: the services and suspensions carry over to the new binding.

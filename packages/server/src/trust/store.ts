@@ -153,6 +153,7 @@ export async function mintContext(
     wba_published_at: first.wba_published_at,
     mint_day: first.mint_day,
     mint_day_count: first.mint_day_count,
+    has_grants: first.has_grants,
   };
   const methods: string[] = [];
   for (const row of rows) if (row.method !== null) methods.push(row.method);
@@ -324,15 +325,15 @@ function mintStatement(mint: MintInput, i: number) {
       and not exists (
         select 1 from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud} and s.suspended_at is not null)
-      and not exists (
+      and case when trust_bindings.has_grants = 0 then true else not exists (
         select 1 from trust_grants g
-        where g.binding_id = trust_bindings.id and g.aud = ${aud} and g.revoked_at is not null)
+        where g.binding_id = trust_bindings.id and g.aud = ${aud} and g.revoked_at is not null) end
     returning ${sql.lit(i)} as i, id, human_id,
       (select s.last_mint_at from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = ${aud}) as service_last_mint_at,
-      (select g.claims from trust_grants g
+      case when trust_bindings.has_grants = 0 then null else (select g.claims from trust_grants g
         where g.binding_id = trust_bindings.id and g.aud = ${aud}
-          and (g.expires_at is null or g.expires_at > ${now})) as grant_claims,
+          and (g.expires_at is null or g.expires_at > ${now})) end as grant_claims,
       ${sql.join(VERIFICATION_METHODS.map((method, j) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${j}`)}`))}`;
 }
 
@@ -387,15 +388,15 @@ export async function recordMints(db: Db, mints: readonly MintInput[]): Promise<
       and not exists (
         select 1 from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = m.aud and s.suspended_at is not null)
-      and not exists (
+      and case when trust_bindings.has_grants = 0 then true else not exists (
         select 1 from trust_grants g
-        where g.binding_id = trust_bindings.id and g.aud = m.aud and g.revoked_at is not null)
+        where g.binding_id = trust_bindings.id and g.aud = m.aud and g.revoked_at is not null) end
     returning m.i as i, trust_bindings.id as id, trust_bindings.human_id as human_id,
       (select s.last_mint_at from trust_binding_services s
         where s.binding_id = trust_bindings.id and s.aud = m.aud) as service_last_mint_at,
-      (select g.claims from trust_grants g
+      case when trust_bindings.has_grants = 0 then null else (select g.claims from trust_grants g
         where g.binding_id = trust_bindings.id and g.aud = m.aud
-          and (g.expires_at is null or g.expires_at > m.now)) as grant_claims,
+          and (g.expires_at is null or g.expires_at > m.now)) end as grant_claims,
       ${sql.join(
         VERIFICATION_METHODS.map((method, i) => sql`${hasMethod(method)} as ${sql.ref(`has_method_${i}`)}`),
       )}`.execute(db);

@@ -233,6 +233,7 @@ export async function putGrant(trx: Db, change: GrantChange, content: GrantConte
   } else {
     await trx.updateTable("trust_grants").set(values).where("id", "=", id).execute();
   }
+  if (existing === undefined) await markHasGrants(trx, change.bindingId);
   const kind: GrantEventKind = existing === undefined || existing.revokedAt !== null ? "granted" : "changed";
   await recordEvent(trx, id, kind, content, change);
   return (await grantById(trx, id)) as Grant;
@@ -258,11 +259,22 @@ export async function revokeGrant(
   return true;
 }
 
+/** The mint looks a binding's grants up only once it has one (the flag is never cleared). */
+async function markHasGrants(db: Db, bindingId: string): Promise<void> {
+  await db
+    .updateTable("trust_bindings")
+    .set({ has_grants: 1 })
+    .where("id", "=", bindingId)
+    .where("has_grants", "=", 0)
+    .execute();
+}
+
 /** A re-link by the same person keeps the old binding's grants, their ids and their history. */
 export async function moveGrants(db: Db, fromBindingId: string, toBindingId: string): Promise<void> {
-  await db
+  const moved = await db
     .updateTable("trust_grants")
     .set({ binding_id: toBindingId })
     .where("binding_id", "=", fromBindingId)
-    .execute();
+    .executeTakeFirst();
+  if (Number(moved.numUpdatedRows) > 0) await markHasGrants(db, toBindingId);
 }
