@@ -69,44 +69,32 @@ const bases = requests.map((r) => Buffer.from(r.base));
 const sigs = requests.map((r) => Buffer.from((r.headers.signature ?? "").slice(6, -1), "base64"));
 
 const jwks = { keys: [{ ...(await exportJWK(publicKey)), kid: "k1" }] };
-const tokens = await Promise.all(
-  Array.from({ length: TOKENS }, (_, i) =>
-    new SignJWT({
-      iss: "proto-trust",
-      aud: AUD,
-      sub: did,
-      iat: now,
-      exp: now + 900,
-      verification: "email",
-      sub_h: "tR6nWsqjQ6rXehUPidkhOw0WNYjk2oB1qptEOHO2K4o",
-      n: i,
-    })
-      .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: "k1" })
-      .sign(privateKey),
-  ),
-);
+/** TOKENS attestations of the same shape (each its own `n`), with `extra` claims. */
+const attestationTokens = (extra: Record<string, unknown>) =>
+  Promise.all(
+    Array.from({ length: TOKENS }, (_, i) =>
+      new SignJWT({
+        iss: "proto-trust",
+        aud: AUD,
+        sub: did,
+        iat: now,
+        exp: now + 900,
+        verification: "email",
+        sub_h: "tR6nWsqjQ6rXehUPidkhOw0WNYjk2oB1qptEOHO2K4o",
+        n: i,
+        ...extra,
+      })
+        .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: "k1" })
+        .sign(privateKey),
+    ),
+  );
+const tokens = await attestationTokens({});
 const GRANT: AuthorityGrant = {
   id: "grt_Jq0m3lQ0d5xH1v9a2b7cdw",
   permissions: ["notes:read", "notes:write", "notes:delete", "purchase"],
   spendLimits: [{ permission: "purchase", currency: "EUR", perTransaction: 2000, perPeriod: 10000, period: "month" }],
 };
-const grantTokens = await Promise.all(
-  Array.from({ length: TOKENS }, (_, i) =>
-    new SignJWT({
-      iss: "proto-trust",
-      aud: AUD,
-      sub: did,
-      iat: now,
-      exp: now + 900,
-      verification: "email",
-      sub_h: "tR6nWsqjQ6rXehUPidkhOw0WNYjk2oB1qptEOHO2K4o",
-      n: i,
-      ...grantClaims(GRANT),
-    })
-      .setProtectedHeader({ alg: "EdDSA", typ: "JWT", kid: "k1" })
-      .sign(privateKey),
-  ),
-);
+const grantTokens = await attestationTokens({ ...grantClaims(GRANT) });
 const attestations = createAttestationVerifier({ keySet: jwks });
 
 // ---- results checked before timing -----------------------------------------------------------
