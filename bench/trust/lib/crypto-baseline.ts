@@ -2,15 +2,18 @@
  * The bare crypto work of one mint, single-threaded with node:crypto: one Ed25519 verify (of an
  * RFC 9421 signature base as an agent sends it), one Ed25519 sign (of a JWT signing input as the
  * attestor produces it) and one SHA-256 over a typical token-request body.
- * Forked by `bench/trust/mint.ts`; answers { type: "baseline", rounds: {wall, cpu}[] } (ops per second
- * of wall time and of CPU time, per round).
+ * Forked by `bench/trust/mint.ts`, which alternates its rounds with the server's so that both see
+ * the same host (a busy neighbour slows the two alike, and the ratio of adjacent rounds holds):
+ *   -> parent  { type: "ready" }                  after building the inputs and one warm-up round
+ *   <- parent  { type: "round" }  -> { type: "round", wall, cpu }   operations per second of wall
+ *                                    time and of this process's CPU time, over BENCH_CRYPTO_N operations
+ *   <- parent  { type: "stop" }   -> exits 0
  */
 import { createHash, generateKeyPairSync, randomBytes, sign, verify } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { encodeDidKey, rawPublicKey, signRequest } from "@proto/protocol";
 
-const N = Number(process.env.BENCH_CRYPTO_N ?? 20_000);
-const ROUNDS = Number(process.env.BENCH_CRYPTO_ROUNDS ?? 5);
+const N = Number(process.env.BENCH_CRYPTO_N ?? 10_000);
 
 const agent = generateKeyPairSync("ed25519");
 const attestor = generateKeyPairSync("ed25519");
@@ -62,6 +65,9 @@ function round(): { wall: number; cpu: number } {
 }
 
 round(); // warm-up
-const rounds: { wall: number; cpu: number }[] = [];
-for (let r = 0; r < ROUNDS; r++) rounds.push(round());
-process.send?.({ type: "baseline", rounds });
+process.on("message", (message: { type: string }) => {
+  if (message.type === "round") process.send?.({ type: "round", ...round() });
+  else if (message.type === "stop") process.exit(0);
+});
+process.on("disconnect", () => process.exit(0));
+process.send?.({ type: "ready" });

@@ -5,10 +5,13 @@
  *   <- parent  { type: "stats" }  -> { type: "stats", cpu: {user, system} (µs), elu (0..1), sql, redis } since the
  *                                    last "mark" (sql: statements executed, redis: commands sent), and rss {anon, file} (kB)
  *   <- parent  { type: "mark" }   -> { type: "marked" }
+ *   <- parent  { type: "profile" } -> { type: "profiled" } (writes the CPU profile, see below)
  *   <- parent  { type: "stop" }   -> closes the app and exits 0 (so `--cpu-prof` writes its profile)
+ * The parent marks and reads stats around each timed round.
  * BENCH_REDIS_PREFIX, when set, is handed to buildTrustApp so the run's Redis keys can be removed.
- * BENCH_PROFILE_DIR, when set, makes the span from "mark" to "stats" a CPU profile (the timed phase
- * only, unlike `node --cpu-prof`, which would include start-up and agent linking), written there.
+ * BENCH_PROFILE_DIR, when set, makes the span from the first "mark" to "profile" a CPU profile (the
+ * timed rounds, and the crypto-only rounds between them, when the server idles; unlike
+ * `node --cpu-prof`, which would include start-up and agent linking), written there.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { Session } from "node:inspector/promises";
@@ -85,10 +88,14 @@ if (address === null || typeof address === "string") throw new Error("no address
 
 let cpuMark = process.cpuUsage();
 let eluMark = performance.eventLoopUtilization();
+let profiling = false;
 
 process.on("message", async (message: { type: string }) => {
   if (message.type === "mark") {
-    await inspector?.post("Profiler.start");
+    if (inspector !== undefined && !profiling) {
+      profiling = true;
+      await inspector.post("Profiler.start");
+    }
     cpuMark = process.cpuUsage();
     eluMark = performance.eventLoopUtilization();
     sqlStatements = 0;
@@ -97,11 +104,14 @@ process.on("message", async (message: { type: string }) => {
   } else if (message.type === "stats") {
     const cpu = process.cpuUsage(cpuMark);
     const elu = performance.eventLoopUtilization(eluMark);
-    if (inspector !== undefined && profileDir !== undefined) {
+    send({ type: "stats", cpu, elu: elu.utilization, sql: sqlStatements, redis: redisCommands, rss: rss() });
+  } else if (message.type === "profile") {
+    if (inspector !== undefined && profileDir !== undefined && profiling) {
+      profiling = false;
       const { profile } = await inspector.post("Profiler.stop");
       writeFileSync(join(profileDir, `trust-mint-${process.pid}.cpuprofile`), JSON.stringify(profile));
     }
-    send({ type: "stats", cpu, elu: elu.utilization, sql: sqlStatements, redis: redisCommands, rss: rss() });
+    send({ type: "profiled" });
   } else if (message.type === "stop") {
     trust
       .close()
