@@ -246,7 +246,7 @@ for (const [label, f] of [
   ["with a grant, vs attestation verify  ", grant],
 ] as const) {
   printLine(
-    `${label}  ${fmt(f.perSecond).padStart(7)}/s  ${fmt(f.cpuUs, 1)} µs CPU  ratio ${f.ratio.toFixed(2)} ` +
+    `${label}  ${fmt(f.perSecond).padStart(7)}/s  ${fmt(f.cpuUs, 1)} µs CPU  ratio ${f.ratio.toFixed(3)} ` +
       `(rounds ${f.ratioMin.toFixed(2)}-${f.ratioMax.toFixed(2)}; CPU-time view ${f.cpuRatio.toFixed(2)})  ` +
       `target >= ${f.target.toFixed(2)} ${f.met ? "MET" : "NOT MET"}`,
   );
