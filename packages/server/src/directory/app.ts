@@ -50,6 +50,8 @@ export async function buildDirectoryApp(
     onRateLimited: (rule) => metrics.rateLimited(rule.name),
     databaseProbe: async () => (await database?.ping()) ?? false,
     redisRequired: false,
+    // The public read limit only protects availability: counted ahead of Redis, in batches.
+    batchedRateLimits: [config.settings.rateLimits.read],
   });
   metrics.watchDependencies(parts.dependencies);
   database = await openDatabase<DirectorySchema>(config.databaseUrl, {

@@ -71,7 +71,8 @@ export function itemReadFastRoute(service: DirectoryService, limiter: RateLimite
       }
       const key = lastKey;
       const ifNoneMatch = request.headers["if-none-match"];
-      if (limiter.hitSync !== undefined) return afterLimit(service, limiter.hitSync(rule, key), did, ifNoneMatch);
+      const decision = limiter.hitSync?.(rule, key);
+      if (decision !== undefined) return afterLimit(service, decision, did, ifNoneMatch);
       return limiter.hit(rule, key).then((decision) => afterLimit(service, decision, did, ifNoneMatch));
     },
   };

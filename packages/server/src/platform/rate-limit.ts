@@ -4,7 +4,8 @@
  * denied with a whole-second Retry-After until the window ends.
  *
  * MemoryRateLimiter serves a single process; RedisRateLimiter shares one global count between
- * replicas (used when REDIS_URL is set).
+ * replicas (used when REDIS_URL is set); BatchedRedisRateLimiter (batched-rate-limit.ts) shares it
+ * within a stated error, for the directory's read limit.
  */
 import { createHash } from "node:crypto";
 import { addressKey } from "@proto/protocol";
@@ -33,8 +34,11 @@ export interface RateLimitDecision {
 export interface RateLimiter {
   /** Counts one hit of `key` against `rule` and says whether it may proceed. */
   hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision>;
-  /** The same as hit(), at once, for limiters that keep their counters in this process. */
-  hitSync?(rule: RateLimitRule, key: string): RateLimitDecision;
+  /**
+   * The same as hit(), at once, for limiters that can decide in this process; undefined when this
+   * hit cannot be decided without waiting (the caller then asks hit(), which counts it).
+   */
+  hitSync?(rule: RateLimitRule, key: string): RateLimitDecision | undefined;
   close?(): Promise<void>;
 }
 
@@ -83,7 +87,13 @@ function currentWindow(rule: RateLimitRule, now: number): Window {
   return { index, resetAt: (index + 1) * windowMs };
 }
 
-function decide(rule: RateLimitRule, allowed: boolean, count: number, now: number, resetAt: number): RateLimitDecision {
+export function decide(
+  rule: RateLimitRule,
+  allowed: boolean,
+  count: number,
+  now: number,
+  resetAt: number,
+): RateLimitDecision {
   return {
     allowed,
     limit: rule.limit,
@@ -93,7 +103,7 @@ function decide(rule: RateLimitRule, allowed: boolean, count: number, now: numbe
   };
 }
 
-interface CheckedRule {
+export interface CheckedRule {
   name: string;
   limit: number;
   windowSeconds: number;
@@ -105,7 +115,8 @@ interface CheckedRule {
 // runs on every read); a rule changed in place is checked again.
 const checkedRules = new WeakMap<RateLimitRule, CheckedRule>();
 
-function checkRule(rule: RateLimitRule): CheckedRule {
+/** `rule`, validated (throws on a malformed rule), with its counter id's prefix. */
+export function checkRule(rule: RateLimitRule): CheckedRule {
   const checked = checkedRules.get(rule);
   if (
     checked !== undefined &&
@@ -279,7 +290,31 @@ const HIT_SCRIPT_SHA = createHash("sha1").update(HIT_SCRIPT).digest("hex");
 // Counters outlive their window by this much (Redis time) so a replica whose clock lags a little
 // still finds the count instead of recreating it at zero. A window's key is never reused after
 // the window, so the extra life costs only memory.
-const EXPIRY_GRACE_MS = 10_000;
+export const EXPIRY_GRACE_MS = 10_000;
+
+/** The Redis key of `rule`'s counter for `key` in window `index`: the same for every limiter. */
+export function redisCounterKey(prefix: string, rule: RateLimitRule, key: string, index: number): string {
+  return `${prefix}${counterId(rule, key)}:${index}`;
+}
+
+/** Runs a script by its SHA-1, loading it again with EVAL when Redis has lost it. */
+export async function runScript(
+  redis: RedisRateLimitClient,
+  script: string,
+  sha: string,
+  key: string,
+  ...args: string[]
+): Promise<unknown> {
+  try {
+    return await redis.evalsha(sha, 1, key, ...args);
+  } catch (error) {
+    // The script cache is empty after a Redis restart or failover; EVAL loads it again.
+    if (error instanceof Error && error.message.startsWith("NOSCRIPT")) {
+      return await redis.eval(script, 1, key, ...args);
+    }
+    throw error;
+  }
+}
 
 export interface RedisCounter {
   key: string;
@@ -294,7 +329,7 @@ export interface RedisCounter {
 export function redisCounter(prefix: string, rule: RateLimitRule, key: string, now: number): RedisCounter {
   const { index, resetAt } = currentWindow(rule, now);
   return {
-    key: `${prefix}${counterId(rule, key)}:${index}`,
+    key: redisCounterKey(prefix, rule, key, index),
     limit: rule.limit,
     ttlMs: Math.max(1, resetAt - now) + EXPIRY_GRACE_MS,
     decide(reply) {
@@ -326,23 +361,20 @@ export class RedisRateLimiter implements RateLimiter {
 
   async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
     const counter = redisCounter(this.#prefix, rule, key, this.#clock.now());
-    return counter.decide(await this.#run(counter.key, String(counter.ttlMs), String(counter.limit)));
+    return counter.decide(
+      await runScript(
+        this.#redis,
+        HIT_SCRIPT,
+        HIT_SCRIPT_SHA,
+        counter.key,
+        String(counter.ttlMs),
+        String(counter.limit),
+      ),
+    );
   }
 
   async close(): Promise<void> {
     if (this.#ownsClient) await this.#redis.quit();
-  }
-
-  async #run(key: string, ttlMs: string, limit: string): Promise<unknown> {
-    try {
-      return await this.#redis.evalsha(HIT_SCRIPT_SHA, 1, key, ttlMs, limit);
-    } catch (error) {
-      // The script cache is empty after a Redis restart or failover; EVAL loads it again.
-      if (error instanceof Error && error.message.startsWith("NOSCRIPT")) {
-        return await this.#redis.eval(HIT_SCRIPT, 1, key, ttlMs, limit);
-      }
-      throw error;
-    }
   }
 }
 
@@ -364,11 +396,22 @@ export class FallbackRateLimiter implements RateLimiter {
   readonly #options: FallbackRateLimiterOptions;
   #localUntil = 0;
   #degraded = false;
+  /** Present when the shared limiter has one: it then decides most hits at once. */
+  readonly hitSync?: (rule: RateLimitRule, key: string) => RateLimitDecision | undefined;
 
   constructor(shared: RateLimiter, local: MemoryRateLimiter, options: FallbackRateLimiterOptions) {
     this.#shared = shared;
     this.#local = local;
     this.#options = options;
+    const sharedSync = shared.hitSync;
+    if (sharedSync !== undefined) {
+      this.hitSync = (rule, key) => {
+        if (performance.now() < this.#localUntil) return this.#local.hitSync(rule, key);
+        // After a failure, hit() is what sees the shared limiter answer again and reports it.
+        if (this.#degraded) return undefined;
+        return sharedSync.call(shared, rule, key);
+      };
+    }
   }
 
   async hit(rule: RateLimitRule, key: string): Promise<RateLimitDecision> {
@@ -408,12 +451,31 @@ export function observeDenials(limiter: RateLimiter, onDenied: (rule: RateLimitR
     close: async () => limiter.close?.(),
   };
   // A limiter that answers at once keeps doing so: the hottest reads skip a promise per hit.
-  if (limiter.hitSync !== undefined) {
+  const sync = limiter.hitSync;
+  if (sync !== undefined) {
     observed.hitSync = (rule, key) => {
-      const decision = (limiter.hitSync as NonNullable<RateLimiter["hitSync"]>).call(limiter, rule, key);
-      if (!decision.allowed) onDenied(rule);
+      const decision = sync.call(limiter, rule, key);
+      if (decision !== undefined && !decision.allowed) onDenied(rule);
       return decision;
     };
   }
   return observed;
+}
+
+/**
+ * `routed` for the rules named in `names`, `others` for every other rule: a deployment can count
+ * its availability-only limits approximately and keep the rest exact.
+ */
+export function routeByRule(others: RateLimiter, routed: RateLimiter, names: ReadonlySet<string>): RateLimiter {
+  const pick = (rule: RateLimitRule) => (names.has(rule.name) ? routed : others);
+  return {
+    hit: (rule, key) => pick(rule).hit(rule, key),
+    hitSync(rule, key) {
+      const limiter = pick(rule);
+      return limiter.hitSync === undefined ? undefined : limiter.hitSync(rule, key);
+    },
+    async close() {
+      await Promise.all([others.close?.(), routed.close?.()]);
+    },
+  };
 }

@@ -1,4 +1,5 @@
 import { Redis } from "ioredis";
+import { BatchedRedisRateLimiter } from "./batched-rate-limit.js";
 import { AdjustableClock, type Clock, systemClock } from "./clock.js";
 import type { PlatformConfig } from "./config.js";
 import type { Dependency } from "./dependency.js";
@@ -10,6 +11,7 @@ import {
   type RateLimiter,
   type RateLimitRule,
   RedisRateLimiter,
+  routeByRule,
 } from "./rate-limit.js";
 
 /** What a service process holds that is not its own: the clock, Redis, the rate limiter. */
@@ -43,6 +45,12 @@ export interface PlatformPartsOptions {
   onRateLimited?: (rule: RateLimitRule) => void;
   /** How the service checks that its database answers (for readiness and outage tracking). */
   databaseProbe: Probe;
+  /**
+   * With Redis, the rules counted by a per-replica pre-count that reconciles with Redis in
+   * batches (batched-rate-limit.ts): limits that only protect availability and can overshoot by
+   * 1% of the limit per further replica. Every other rule costs one round trip per hit, exactly.
+   */
+  batchedRateLimits?: readonly RateLimitRule[];
 }
 
 // Fail fast: a request during a Redis outage is answered in about a second, never queued for
@@ -78,17 +86,28 @@ export function createPlatformParts(config: PlatformConfig, options: PlatformPar
   // ioredis reports each failed (re)connection here; unhandled, it would print to stderr.
   redis?.on("error", (error: unknown) => dependencies.failed("redis", error));
   redis?.on("ready", () => dependencies.recovered("redis"));
-  const counters: RateLimiter =
-    redis === undefined
-      ? new MemoryRateLimiter({ clock })
-      : new FallbackRateLimiter(
-          new RedisRateLimiter({ redis, clock, keyPrefix: rateLimitPrefix(options.redisPrefix) }),
-          new MemoryRateLimiter({ clock }),
-          {
-            onFailure: (error) => dependencies.failed("redis", error),
-            onRecovery: () => dependencies.recovered("redis"),
-          },
-        );
+  let counters: RateLimiter = new MemoryRateLimiter({ clock });
+  if (redis !== undefined) {
+    const keyPrefix = rateLimitPrefix(options.redisPrefix);
+    const health = {
+      onFailure: (error: unknown) => dependencies.failed("redis", error),
+      onRecovery: () => dependencies.recovered("redis"),
+    };
+    counters = new FallbackRateLimiter(
+      new RedisRateLimiter({ redis, clock, keyPrefix }),
+      new MemoryRateLimiter({ clock }),
+      health,
+    );
+    const batched = options.batchedRateLimits ?? [];
+    if (batched.length > 0) {
+      const preCounted = new FallbackRateLimiter(
+        new BatchedRedisRateLimiter({ redis, clock, keyPrefix }),
+        new MemoryRateLimiter({ clock }),
+        health,
+      );
+      counters = routeByRule(counters, preCounted, new Set(batched.map((rule) => rule.name)));
+    }
+  }
   const limiter = options.onRateLimited ? observeDenials(counters, options.onRateLimited) : counters;
   return {
     clock,
