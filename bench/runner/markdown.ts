@@ -169,7 +169,7 @@ export function markdown(record: RunRecord): string {
   lines.push(`![Each figure against its target](${record.chartFile})`, "");
   lines.push(
     record.runs > 1
-      ? `Each bench ran ${record.runs} times (${record.order}). A figure counts as met only when every run meets it; ratios measured in alternating rounds show each round, and a target that holds "in every round" is judged on the worst round of each run.`
+      ? `Each bench ran ${record.runs === 2 ? "twice" : `${record.runs} times`} (${record.order}). A figure counts as met only when every run meets it; ratios measured in alternating rounds show each round, and a target that holds "in every round" is judged on the worst round of each run.`
       : `Each bench ran once (a figure counts as met only when every run meets it: run at least twice, \`--runs 2\`, for figures that count). Ratios measured in alternating rounds show each round.`,
     "",
   );
