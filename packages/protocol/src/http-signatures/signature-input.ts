@@ -96,33 +96,31 @@ export function checkTimeWindow(window: TimeWindow, nowSeconds: number, skew: nu
 
 /** Builds the base from the request and checks the Ed25519 signature over it. */
 export function checkEd25519(message: MessageComponents, candidate: CandidateSignature, publicKey: KeyObject): void {
-  const base = signatureBase(message, candidate);
-  if (
-    candidate.signature.length !== ED25519_SIGNATURE_LENGTH ||
-    !ed25519Verify(null, utf8(base), publicKey, candidate.signature)
-  ) {
+  checkEd25519Base(signatureBase(message, candidate), candidate.signature, publicKey);
+}
+
+/** Checks an Ed25519 signature over a signature base already built. */
+export function checkEd25519Base(base: string, signature: Uint8Array, publicKey: KeyObject): void {
+  if (signature.length !== ED25519_SIGNATURE_LENGTH || !ed25519Verify(null, utf8(base), publicKey, signature)) {
     throw invalid("signature does not verify");
   }
 }
 
 /**
- * `checkEd25519` with the Ed25519 verification on libuv's thread pool, as Web Crypto does it:
+ * `checkEd25519Base` with the Ed25519 verification on libuv's thread pool, as Web Crypto does it:
  * under concurrent load the process verifies on more than one core, while a lone request pays a
  * thread hop (more CPU and latency than the synchronous check).
  */
-export async function checkEd25519Offloaded(
-  message: MessageComponents,
-  candidate: CandidateSignature,
+export async function checkEd25519BaseOffloaded(
+  base: string,
+  signature: Uint8Array,
   publicKey: KeyObject,
 ): Promise<void> {
-  const base = signatureBase(message, candidate);
-  if (candidate.signature.length !== ED25519_SIGNATURE_LENGTH) throw invalid("signature does not verify");
+  if (signature.length !== ED25519_SIGNATURE_LENGTH) throw invalid("signature does not verify");
   // Its own buffer: the pool reads it after this function has returned.
   const bytes = Buffer.from(base, "utf8");
   const verified = await new Promise<boolean>((resolve, reject) =>
-    ed25519Verify(null, bytes, publicKey, candidate.signature, (error, result) =>
-      error ? reject(error) : resolve(result),
-    ),
+    ed25519Verify(null, bytes, publicKey, signature, (error, result) => (error ? reject(error) : resolve(result))),
   );
   if (!verified) throw invalid("signature does not verify");
 }
@@ -137,11 +135,16 @@ function signatureBase(message: MessageComponents, candidate: CandidateSignature
 }
 
 // The base's bytes go through one buffer, reused: verifying is synchronous, and a new buffer per
-// request would cost about as much as everything else the base needs.
+// request would cost about as much as everything else the base needs. The view of its first bytes
+// is kept too, since bases of one client and route have one length.
 let scratch = Buffer.allocUnsafeSlow(4096);
+let view = scratch.subarray(0, 0);
+const encoder = new TextEncoder();
 
 function utf8(text: string): Buffer {
   // A UTF-16 code unit is at most three bytes of UTF-8.
   if (text.length * 3 > scratch.length) scratch = Buffer.allocUnsafeSlow(text.length * 3);
-  return scratch.subarray(0, scratch.write(text, "utf8"));
+  const { written } = encoder.encodeInto(text, scratch);
+  if (view.length !== written || view.buffer !== scratch.buffer) view = scratch.subarray(0, written);
+  return view;
 }

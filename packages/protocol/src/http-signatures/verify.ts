@@ -1,19 +1,19 @@
 import { DidKeyError, didKeyToPublicKey } from "../did-key.js";
 import { ProtoError, protoError } from "../errors.js";
 import type { NonceStore } from "../nonce-store.js";
-import type { ComponentIdentifier } from "./components.js";
+import { ComponentError } from "./components.js";
 import { contentDigestMatches } from "./content-digest.js";
 import { bodyBytes, fromRaw, headerReader, type RawRequest, type SignedMessage } from "./message.js";
+import { type ProfileSignature, readProfileSignature } from "./profile-reader.js";
+import { profileSignatureBase } from "./signature-base.js";
 import {
-  type CandidateSignature,
-  checkEd25519,
-  checkEd25519Offloaded,
+  checkEd25519Base,
+  checkEd25519BaseOffloaded,
   checkTimeWindow,
   DEFAULT_SKEW_SECONDS,
   invalid,
   MAX_SIGNATURE_HEADER_LENGTH,
   MAX_SIGNATURE_VALIDITY_SECONDS,
-  readSignatures,
 } from "./signature-input.js";
 import { canonicalTargetUri, fetchTargetUri, TargetUriError } from "./target-uri.js";
 
@@ -21,8 +21,6 @@ export { DEFAULT_SKEW_SECONDS, MAX_SIGNATURE_VALIDITY_SECONDS };
 
 /** The body cap of proto services' JSON endpoints. */
 const DEFAULT_MAX_BODY_BYTES = 64 * 1024;
-const MAX_NONCE_LENGTH = 256;
-const PARAM_NAMES = new Set(["created", "expires", "nonce", "keyid", "alg", "tag"]);
 
 export interface RequestVerifierOptions {
   /** Where `(keyid, nonce)` pairs are remembered; share one across replicas (Redis). */
@@ -73,68 +71,19 @@ export interface RequestVerifier {
   verify(request: RawRequest | Request, options?: FetchVerifyOptions): Promise<VerifiedRequest>;
 }
 
-interface ProtoSignature {
-  candidate: CandidateSignature;
-  created: number;
-  expires: number;
-  nonce: string;
-  keyid: string;
-}
-
-const PLAIN_COMPONENTS = ["@method", "@target-uri"];
-const BODY_COMPONENTS = ["@method", "@target-uri", "content-digest"];
-
-function checkComponents(items: readonly ComponentIdentifier[], hasBody: boolean): void {
-  const expected = hasBody ? BODY_COMPONENTS : PLAIN_COMPONENTS;
-  // Each expected name once: a bit per name.
-  let seen = 0;
-  for (const [name, params] of items) {
-    if (typeof name !== "string" || params.size > 0) throw invalid("covered components must be plain names");
-    const index = expected.indexOf(name);
-    if (index === -1 || (seen & (1 << index)) !== 0) {
-      throw invalid(`covered component ${String(name)} is not allowed here`);
-    }
-    seen |= 1 << index;
+function signatureBase(message: SignedMessage, signature: ProfileSignature, digest: string | undefined): string {
+  try {
+    return profileSignatureBase(
+      signature.components,
+      message.method,
+      message.targetUri,
+      digest,
+      signature.serialisedParams,
+    );
+  } catch (error) {
+    if (error instanceof ComponentError) throw invalid(error.message);
+    throw error;
   }
-  if (seen !== (1 << expected.length) - 1) {
-    throw invalid(`covered components must be exactly ${expected.join(", ")}`);
-  }
-}
-
-function chooseCandidate(candidates: CandidateSignature[], label: string | undefined): CandidateSignature {
-  if (label !== undefined) {
-    const chosen = candidates.find((c) => c.label === label);
-    if (chosen === undefined) throw invalid(`no signature labelled ${label}`);
-    return chosen;
-  }
-  const chosen =
-    candidates.find((c) => {
-      const keyid = c.params.get("keyid");
-      return typeof keyid === "string" && keyid.startsWith("did:key:");
-    }) ?? candidates[0];
-  if (chosen === undefined) throw invalid("no labelled signature with a matching Signature-Input");
-  return chosen;
-}
-
-function parseSignature(message: SignedMessage, preferredLabel: string | undefined): ProtoSignature {
-  const candidate = chooseCandidate(readSignatures(message.header), preferredLabel);
-  const params = candidate.params;
-  for (const name of params.keys()) {
-    if (!PARAM_NAMES.has(name)) throw invalid(`signature parameter ${name} is not allowed`);
-  }
-  const created = params.get("created");
-  const expires = params.get("expires");
-  const nonce = params.get("nonce");
-  const keyid = params.get("keyid");
-  const alg = params.get("alg");
-  if (!Number.isInteger(created) || !Number.isInteger(expires)) throw invalid("created and expires must be integers");
-  if (typeof nonce !== "string" || nonce.length === 0 || nonce.length > MAX_NONCE_LENGTH) {
-    throw invalid("nonce must be a non-empty string");
-  }
-  if (typeof keyid !== "string") throw invalid("keyid must be a string");
-  if (alg !== "ed25519") throw invalid('alg must be "ed25519"');
-  checkComponents(candidate.components, message.body !== undefined);
-  return { candidate, created: created as number, expires: expires as number, nonce, keyid };
 }
 
 function tooLarge(maxBodyBytes: number): ProtoError {
@@ -191,7 +140,7 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
   const offload = options.offloadVerification === true;
 
   async function verifyMessage(message: SignedMessage, nonceStore: NonceStore): Promise<VerifiedRequest> {
-    const parsed = parseSignature(message, options.label);
+    const parsed = readProfileSignature(message.header, message.body !== undefined, options.label);
     let publicKey: ReturnType<typeof didKeyToPublicKey>;
     try {
       publicKey = didKeyToPublicKey(parsed.keyid);
@@ -204,15 +153,17 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
     }
     const nowSeconds = Math.floor(now() / 1000);
     checkTimeWindow(parsed, nowSeconds, skew, MAX_SIGNATURE_VALIDITY_SECONDS);
+    let digest: string | undefined;
     if (message.body !== undefined) {
-      const digestHeader = message.header("content-digest");
-      if (digestHeader === undefined || digestHeader.length > MAX_SIGNATURE_HEADER_LENGTH) {
+      digest = message.header("content-digest");
+      if (digest === undefined || digest.length > MAX_SIGNATURE_HEADER_LENGTH) {
         throw invalid("missing Content-Digest header");
       }
-      if (!contentDigestMatches(digestHeader, message.body)) throw invalid("Content-Digest does not match the body");
+      if (!contentDigestMatches(digest, message.body)) throw invalid("Content-Digest does not match the body");
     }
-    if (offload) await checkEd25519Offloaded(message, parsed.candidate, publicKey);
-    else checkEd25519(message, parsed.candidate, publicKey);
+    const base = signatureBase(message, parsed, digest);
+    if (offload) await checkEd25519BaseOffloaded(base, parsed.signature, publicKey);
+    else checkEd25519Base(base, parsed.signature, publicKey);
     const ttl = parsed.expires + skew - nowSeconds;
     if (!(await nonceStore.seen(parsed.keyid, parsed.nonce, ttl, parsed.created))) {
       throw protoError("replayed_nonce");
@@ -222,7 +173,7 @@ export function createRequestVerifier(options: RequestVerifierOptions): RequestV
       created: parsed.created,
       expires: parsed.expires,
       nonce: parsed.nonce,
-      label: parsed.candidate.label,
+      label: parsed.label,
       body: message.body,
     };
   }
