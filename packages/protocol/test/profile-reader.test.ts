@@ -1,11 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ProtoError } from "../src/errors.js";
-import type { ComponentIdentifier } from "../src/http-signatures/components.js";
+import { buildSignatureBase, type ComponentIdentifier } from "../src/http-signatures/components.js";
 import { contentDigest } from "../src/http-signatures/content-digest.js";
 import { type ProfileSignature, readAnySpelling, readSignerSpelling } from "../src/http-signatures/profile-reader.js";
 import type { BareItem } from "../src/http-signatures/sf-types.js";
 import { signatureHeaderPair, signMessage, signRequest } from "../src/http-signatures/sign.js";
+import { type CoveredComponent, profileSignatureBase } from "../src/http-signatures/signature-base.js";
 import { fetchTargetUri } from "../src/http-signatures/target-uri.js";
 import { createRequestVerifier } from "../src/http-signatures/verify.js";
 import { MemoryNonceStore } from "../src/nonce-store.js";
@@ -209,6 +210,44 @@ describe("reading the profile signature", () => {
         verify(headers, body),
         (e: unknown) => e instanceof ProtoError && e.code === "invalid_signature",
       );
+    }
+  });
+
+  test("the profile's signature base is the general one, line for line, refusals alike", () => {
+    const orders: CoveredComponent[][] = [
+      ["@method", "@target-uri", "content-digest"],
+      ["content-digest", "@method", "@target-uri"],
+      ["@target-uri", "content-digest", "@method"],
+      ["@target-uri", "@method"],
+    ];
+    const digest = contentDigest(new TextEncoder().encode("{}"));
+    const params = '("@method");created=1;expires=2;nonce="n";keyid="k";alg="ed25519"';
+    for (const order of orders) {
+      for (const [method, value] of [
+        ["POST", digest],
+        ["GET\nX: y", digest],
+        ["POST", `${digest}\r`],
+      ] as const) {
+        const general = () =>
+          buildSignatureBase(
+            {
+              method,
+              targetUri: fetchTargetUri(URL_),
+              header: (name) => (name === "content-digest" ? value : undefined),
+            },
+            order.map((name): ComponentIdentifier => [name, new Map()]),
+            params,
+          );
+        const profile = () => profileSignatureBase(order, method, fetchTargetUri(URL_), value, params);
+        let expected: string;
+        try {
+          expected = general();
+        } catch (error) {
+          assert.throws(profile, { message: (error as Error).message });
+          continue;
+        }
+        assert.equal(profile(), expected);
+      }
     }
   });
 });

@@ -135,7 +135,9 @@ function signatureBytes(value: string, label: string): Uint8Array | undefined {
   ) {
     return undefined;
   }
-  const bytes = new Uint8Array(ED25519_SIGNATURE_LENGTH);
+  // A Buffer (a slice of node's pool), not a small Uint8Array: V8 keeps those inside the object,
+  // and node:crypto would have V8 move the bytes out (an allocation) to read them.
+  const bytes = Buffer.allocUnsafe(ED25519_SIGNATURE_LENGTH);
   let at = start;
   let out = 0;
   // 21 groups of four characters make 63 bytes; two characters and "==" make the last.
