@@ -158,6 +158,9 @@ function signatureBytes(value: string, label: string): Uint8Array | undefined {
   return bytes;
 }
 
+// The keyid of the last signature read (see readSignerSpelling).
+let lastKeyid = "";
+
 /**
  * The profile signature of a request whose headers have the signer's spelling, or undefined (then
  * the general reader decides). `label`, when given, is the only label accepted.
@@ -198,10 +201,19 @@ export function readSignerSpelling(
   }
   const nonce = input.slice(pos, nonceEnd);
   pos = nonceEnd + KEYID.length;
-  const keyidEnd = stringEnd(input, pos);
+  // A client sends its keyid with every request: when it is the last one read, the characters
+  // are known to be a plain string, and the same string object makes the key cache's and the
+  // nonce store's look-ups cheap.
+  let keyid = lastKeyid;
+  let keyidEnd = pos + keyid.length;
+  if (input.charCodeAt(keyidEnd) !== QUOTE || !writtenAt(input, pos, keyid)) {
+    keyidEnd = stringEnd(input, pos);
+    if (keyidEnd === -1) return undefined;
+    keyid = input.slice(pos, keyidEnd);
+  }
   // The member, and the header, end with the algorithm.
-  if (keyidEnd === -1 || input.length !== keyidEnd + ALG.length || !writtenAt(input, keyidEnd, ALG)) return undefined;
-  const keyid = input.slice(pos, keyidEnd);
+  if (input.length !== keyidEnd + ALG.length || !writtenAt(input, keyidEnd, ALG)) return undefined;
+  lastKeyid = keyid;
 
   const signature = signatureBytes(signatureValue, chosen);
   if (signature === undefined) return undefined;
