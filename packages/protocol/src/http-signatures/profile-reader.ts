@@ -21,7 +21,7 @@ import type { ComponentIdentifier } from "./components.js";
 import type { CoveredComponent } from "./signature-base.js";
 import { type CandidateSignature, invalid, MAX_SIGNATURE_HEADER_LENGTH, readSignatures } from "./signature-input.js";
 
-export const MAX_NONCE_LENGTH = 256;
+const MAX_NONCE_LENGTH = 256;
 
 /** A signature of the profile, read and checked against the profile's rules. */
 export interface ProfileSignature {
