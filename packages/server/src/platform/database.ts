@@ -63,7 +63,10 @@ export interface OpenDatabaseOptions {
 export interface SqliteReads {
   writerCacheMiB: number;
   readerCacheMiB: number;
+  /** Whether the reader connection maps the file (and the writer too, unless `writerMmap` says otherwise). */
   mmap: boolean;
+  /** Whether the writer connection, which serves lists and searches, maps the file (default: `mmap`). */
+  writerMmap?: boolean;
 }
 
 /**
@@ -74,8 +77,16 @@ export interface SqliteReads {
  * the process's own memory (RssAnon). The writer's, which serves lists and searches, is 8 MiB: at a
  * million listings it searched as fast as 16 MiB did (a page missed is copied from the OS page
  * cache), with 10 MB less of RssAnon.
+ *
+ * The writer does not map the file. A page missing from the OS page cache (a store larger than
+ * what the host keeps cached, a cache the host dropped) costs a mapped read a fault, and the
+ * kernel reads around a fault up to the device's read-ahead (8 MiB on the bench host), where a
+ * read(2) at a random offset reads just the page. A search touches pages all over the store: the
+ * first pass of the directory's searches over a million listings, none of it cached, read 1.7 GB
+ * from disk mapped (p99 290-560 ms, in process) and 94 MB unmapped (p99 29-32 ms); warm, both
+ * took the same CPU. Point reads, on the reader, touch a few pages each and keep the mapping.
  */
-export const LARGE_READ_MOSTLY: SqliteReads = { writerCacheMiB: 8, readerCacheMiB: 16, mmap: true };
+export const LARGE_READ_MOSTLY: SqliteReads = { writerCacheMiB: 8, readerCacheMiB: 16, mmap: true, writerMmap: false };
 
 /** Longest wait for a new PostgreSQL connection: a down server answers 503 quickly, not after a hang. */
 const PG_CONNECT_TIMEOUT_MS = 2_000;
@@ -106,7 +117,7 @@ function openSqlite(path: string, lockWaitMs: number, reads: SqliteReads): LockW
   // No synchronous busy wait on the only thread: the dialect waits for the lock asynchronously.
   handle.exec("pragma busy_timeout = 0");
   handle.exec("pragma foreign_keys = ON");
-  if (!memory && reads.mmap) handle.exec(`pragma mmap_size = ${SQLITE_MMAP_BYTES}`);
+  if (!memory && (reads.writerMmap ?? reads.mmap)) handle.exec(`pragma mmap_size = ${SQLITE_MMAP_BYTES}`);
   handle.exec(`pragma cache_size = -${reads.writerCacheMiB * 1024}`);
   // Sorts of search candidates stay in memory.
   handle.exec("pragma temp_store = MEMORY");
