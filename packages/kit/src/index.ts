@@ -16,7 +16,9 @@ export type { KitErrorUse, KitSpecificErrorCode } from "./errors.js";
 export { KIT_ERRORS, KIT_SPECIFIC_ERRORS, kitError } from "./errors.js";
 // The Fastify adapter is @proto/kit/fastify, like ./express and ./hono: what this entry declares
 // names no optional peer, so a project without Fastify type-checks it with skipLibCheck off.
-export type { RequireAgentOptions } from "./guard.js";
+export type { GuardOutcome, RequireAgentOptions } from "./guard.js";
+// The guard every adapter runs, for adapters of other servers (proto-gate).
+export { checkGuardOptions, guardRequest } from "./guard.js";
 export type { KitRequest, KitResponse } from "./http.js";
 export { toFetchResponse } from "./http.js";
 export type {

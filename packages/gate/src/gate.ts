@@ -1,0 +1,390 @@
+/**
+ * The gate: a node:http server that answers the kit's own endpoints itself, verifies every agent
+ * request with the kit (no second implementation of any check), and forwards what passes to the
+ * one upstream application with the caller as `Proto-Gate-*` headers.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import proxyAddr from "@fastify/proxy-addr";
+import {
+  type AgentContext,
+  type BearerContext,
+  checkGuardOptions,
+  createKit,
+  type GuardOutcome,
+  guardRequest,
+  type Kit,
+  type KitRequest,
+  type KitResponse,
+  type ProtectedResource,
+  protoClientErrors,
+  type RequireAgentOptions,
+} from "@proto/kit";
+import { attemptedProtocol, type NonceStore, ProtoError, protoError } from "@proto/protocol";
+import type pino from "pino";
+import type { GateConfig, GateRoute } from "./config-types.js";
+import { errorAnswer, gateErrors } from "./errors.js";
+import { type Identity, identityHeaders, signIdentity, stripIdentity } from "./identity.js";
+import { matchRoute, underPrefix } from "./routes.js";
+import { endToEnd, Upstream } from "./upstream.js";
+
+/** Bodies of the kit's own endpoints (signup, invitations, claims): small JSON and forms. */
+const KIT_ROUTE_BODY_BYTES = 64 * 1024;
+
+export interface GateOptions {
+  logger: pino.Logger;
+  /** Replay store shared by replicas (RedisNonceStore); default in memory. */
+  nonceStore?: NonceStore;
+  /** Milliseconds since the epoch (tests move it). */
+  now?: () => number;
+  /** For the kit's fetches of attestor key sets and OpenID configuration (tests: a fetch trusting a test CA). */
+  fetch?: typeof fetch;
+  /** Serve HTTPS itself (no TLS proxy in front): the certificate chain and key, PEM. */
+  tls?: { cert: string; key: string };
+}
+
+export interface Gate {
+  readonly server: Server;
+  readonly kit: Kit;
+  /** Stops taking requests, lets those in flight finish, then closes the store and connections. */
+  close(): Promise<void>;
+}
+
+export async function createGate(config: GateConfig, options: GateOptions): Promise<Gate> {
+  const kit = await createKit({
+    publicUrl: config.service.publicUrl,
+    allowHttp: config.service.allowHttp,
+    ...(config.service.name === undefined ? {} : { serviceName: config.service.name }),
+    database: config.store.database,
+    permissions: config.permissions,
+    discovery: {
+      service_did: config.service.did,
+      recipient_types: config.service.recipientTypes,
+      billing: {
+        unclaimed_mode: config.service.unclaimedMode,
+        accepted_attestors: Object.keys(config.attestors),
+      },
+      features: ["attestation", "key_rotation"],
+    },
+    attestors: Object.fromEntries(
+      Object.entries(config.attestors).map(([name, attestor]) => [
+        name,
+        { url: attestor.url, ...(attestor.displayName === undefined ? {} : { displayName: attestor.displayName }) },
+      ]),
+    ),
+    maxBodyBytes: config.limits.maxBodyBytes,
+    ...(config.mail === undefined ? {} : { mail: { smtpUrl: config.mail.smtpUrl, from: config.mail.from } }),
+    ...(options.nonceStore === undefined ? {} : { nonceStore: options.nonceStore }),
+    ...(options.now === undefined ? {} : { now: options.now }),
+    ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+    onError: (error) => options.logger.error({ err: error }, "unexpected error"),
+  });
+  const resources = config.mcp.map((entry) => ({
+    path: entry.path,
+    resource: kit.protectedResource({ path: entry.path, scopes: entry.scopes }),
+  }));
+  const upstream = new Upstream(config.upstream);
+  const trust = proxyAddr.compile(config.trustedProxies);
+  let closing = false;
+
+  const handler = new GateHandler(config, kit, resources, upstream, options, (request) => proxyAddr(request, trust));
+  const listener = (request: IncomingMessage, response: ServerResponse) => {
+    if (closing) return send(response, errorAnswer(gateErrors.shuttingDown()));
+    handler.handle(request, response).catch((error: unknown) => {
+      options.logger.error({ err: error }, "request failed");
+      if (!response.headersSent)
+        send(response, errorAnswer(new ProtoError("internal_error", 500, "an unexpected error occurred")));
+      else response.destroy();
+    });
+  };
+  const server: Server =
+    options.tls === undefined
+      ? createServer({ requireHostHeader: false }, listener)
+      : createHttpsServer({ requireHostHeader: false, ...options.tls }, listener);
+  protoClientErrors(server);
+  // WebSocket and other upgrades are not forwarded (yet): refused in the envelope, not dropped.
+  server.on("upgrade", (_request: IncomingMessage, socket) => {
+    const { body } = errorAnswer(gateErrors.upgradeRefused());
+    socket.end(
+      `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  });
+
+  return {
+    server,
+    kit,
+    async close() {
+      closing = true;
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      });
+      upstream.close();
+      await kit.close();
+    },
+  };
+}
+
+interface MountedResource {
+  path: string;
+  resource: ProtectedResource;
+}
+
+function send(
+  response: ServerResponse,
+  answer: { status: number; headers: Record<string, string | string[]>; body: string | undefined },
+): void {
+  const body = answer.body ?? "";
+  response.writeHead(answer.status, { ...answer.headers, "content-length": Buffer.byteLength(body) });
+  response.end(body);
+}
+
+/** A `Headers` over node's header object (repeated fields joined, as a Fetch request has them). */
+function toHeaders(raw: IncomingMessage["headers"]): Headers {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(raw)) {
+    if (value === undefined) continue;
+    headers.set(name, Array.isArray(value) ? value.join(", ") : value);
+  }
+  return headers;
+}
+
+/** Reads the whole body, at most `max` bytes (413 beyond, declared or sent). */
+function readBody(request: IncomingMessage, max: number): Promise<Buffer | undefined> {
+  const declared = Number(request.headers["content-length"] ?? "0");
+  if (Number.isFinite(declared) && declared > max) return Promise.reject(gateErrors.bodyTooLarge(max));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    request.on("data", (chunk: Buffer) => {
+      total += chunk.length;
+      if (total > max) {
+        request.removeAllListeners("data");
+        request.resume();
+        reject(gateErrors.bodyTooLarge(max));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    request.on("end", () => resolve(total === 0 ? undefined : Buffer.concat(chunks, total)));
+    request.on("error", () => reject(gateErrors.bodyUnreadable()));
+  });
+}
+
+class GateHandler {
+  /** Each route's guard options, checked once at start (an undeclared permission fails here). */
+  readonly #guards = new Map<GateRoute, RequireAgentOptions>();
+
+  constructor(
+    readonly config: GateConfig,
+    readonly kit: Kit,
+    readonly resources: MountedResource[],
+    readonly upstream: Upstream,
+    readonly options: GateOptions,
+    readonly clientIp: (request: IncomingMessage) => string,
+  ) {
+    for (const route of config.routes) {
+      this.#guards.set(route, checkGuardOptions(kit, guardOptions(route), `routes (line ${route.line})`));
+    }
+  }
+
+  async handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    // Before anything reads them: only the gate speaks in this family.
+    stripIdentity(request.headers);
+    const target = request.url ?? "/";
+    const method = (request.method ?? "GET").toUpperCase();
+    const url = new URL(target, this.kit.origin);
+    const path = url.pathname;
+    const headers = toHeaders(request.headers);
+
+    if (this.kit.hasRoute(method, path)) return this.#kitRoute(request, response, method, target, url, headers);
+    for (const { resource } of this.resources) {
+      const metadata = resource.metadataResponse(method, path);
+      if (metadata !== undefined) return send(response, metadata);
+    }
+    const mcp = this.resources.find((entry) => underPrefix(path, entry.path));
+    if (mcp !== undefined) return this.#bearer(request, response, mcp.resource, method, target, headers);
+
+    const route = matchRoute(this.config.routes, method, path);
+    if (route === undefined) return send(response, errorAnswer(gateErrors.notRouted()));
+    if (route.access === "open" || (route.access === "optional" && !attemptedProtocol(headers))) {
+      return this.#forward(request, response, method, target, { caller: "anonymous", via: "none" }, request);
+    }
+    let body: Buffer | undefined;
+    try {
+      body = await readBody(request, this.config.limits.maxBodyBytes);
+    } catch (error) {
+      return send(response, this.#refusal(error, headers, request));
+    }
+    const kitRequest: KitRequest = {
+      method,
+      url,
+      target,
+      headers,
+      body,
+      clientAddress: this.clientIp(request),
+    };
+    const outcome = await guardRequest(
+      this.kit,
+      headers,
+      `${method} ${route.path}`,
+      this.#guards.get(route) ?? {},
+      () => kitRequest,
+    );
+    if (!outcome.pass) return send(response, outcome.response);
+    if (route.access === "attested" && outcome.proto?.attestation === undefined) {
+      const refusal = protoError("attestation_required", {
+        details: { accepted_attestors: Object.keys(this.config.attestors) },
+      });
+      return send(response, this.kit.errorResponse(refusal, { headers }));
+    }
+    return this.#forward(request, response, method, target, this.#identity(outcome), body);
+  }
+
+  async #kitRoute(
+    request: IncomingMessage,
+    response: ServerResponse,
+    method: string,
+    target: string,
+    url: URL,
+    headers: Headers,
+  ): Promise<void> {
+    let body: Buffer | undefined;
+    try {
+      body = await readBody(request, KIT_ROUTE_BODY_BYTES);
+    } catch (error) {
+      return send(response, this.kit.routeErrorResponse(method, url.pathname, error, { headers }));
+    }
+    send(
+      response,
+      await this.kit.dispatch({ method, url, target, headers, body, clientAddress: this.clientIp(request) }),
+    );
+  }
+
+  async #bearer(
+    request: IncomingMessage,
+    response: ServerResponse,
+    resource: ProtectedResource,
+    method: string,
+    target: string,
+    headers: Headers,
+  ): Promise<void> {
+    let caller: BearerContext;
+    try {
+      caller = await resource.authenticate({ method, headers });
+    } catch (error) {
+      return send(response, resource.errorResponse(error, { headers }));
+    }
+    return this.#forward(request, response, method, target, this.#bearerIdentity(caller), request);
+  }
+
+  #identity(outcome: Extract<GuardOutcome, { pass: true }>): Identity {
+    const agent: AgentContext | null = outcome.proto;
+    if (agent !== null) {
+      const attestation = agent.attestation;
+      const webBotAuth = agent.signedAgent !== undefined;
+      return {
+        caller: "agent",
+        via: `${webBotAuth ? "web-bot-auth" : "signature"}${attestation === undefined ? "" : "+attestation"}`,
+        account: agent.account.account_id,
+        accountState: agent.account.state,
+        agentDid: agent.did,
+        ownerSubject: agent.account.owner?.user_id ?? undefined,
+        attestor: attestation?.canonicalIssuer,
+        personSubject: attestation?.subH,
+        verification: attestation?.verification,
+        permissions: this.kit.heldPermissions(agent).join(" "),
+        grant: attestation?.grant?.id,
+        signatureAgent: agent.signedAgent?.signatureAgent,
+      };
+    }
+    if (outcome.signedAgent !== null) {
+      return {
+        caller: "signed-agent",
+        via: "web-bot-auth",
+        agentDid: outcome.signedAgent.did,
+        signatureAgent: outcome.signedAgent.signatureAgent,
+      };
+    }
+    return { caller: "anonymous", via: "none", permissions: this.kit.heldPermissions(null).join(" ") };
+  }
+
+  #bearerIdentity(caller: BearerContext): Identity {
+    const common = {
+      via: "bearer",
+      attestor: caller.issuer,
+      personSubject: caller.subject,
+      permissions: caller.scopes.join(" "),
+    };
+    if (caller.kind === "person") return { caller: "person", ...common };
+    return {
+      caller: "agent",
+      ...common,
+      account: caller.account.account_id,
+      accountState: caller.account.state,
+      agentDid: caller.agentDid,
+      ownerSubject: caller.account.owner?.user_id ?? undefined,
+      grant: caller.grant?.id,
+    };
+  }
+
+  #refusal(error: unknown, headers: Headers, _request: IncomingMessage): KitResponse {
+    if (error instanceof ProtoError) return errorAnswer(error);
+    return this.kit.errorResponse(error, { headers });
+  }
+
+  #forward(
+    request: IncomingMessage,
+    response: ServerResponse,
+    method: string,
+    target: string,
+    identity: Identity,
+    body: Buffer | undefined | IncomingMessage,
+  ): void {
+    const headers = endToEnd(request.headers);
+    const added = identityHeaders(identity);
+    Object.assign(headers, added);
+    if (this.config.identitySecret !== undefined) {
+      const now = Math.floor((this.options.now?.() ?? Date.now()) / 1000);
+      headers["proto-gate-signature"] = signIdentity(this.config.identitySecret, method, target, added, now);
+    }
+    const client = this.clientIp(request);
+    const forwardedFor = request.headers["x-forwarded-for"];
+    headers["x-forwarded-for"] =
+      client === request.socket.remoteAddress || forwardedFor === undefined ? client : `${forwardedFor}, ${client}`;
+    headers["x-forwarded-proto"] = new URL(this.kit.origin).protocol.slice(0, -1);
+    headers["x-forwarded-host"] = new URL(this.kit.origin).host;
+    if (Buffer.isBuffer(body) || body === undefined) {
+      delete headers["content-length"];
+      if (body !== undefined) headers["content-length"] = String(body.length);
+    }
+    const started = performance.now();
+    response.on("finish", () => {
+      this.options.logger.info(
+        {
+          method,
+          path: target.split("?", 1)[0],
+          status: response.statusCode,
+          account: identity.account,
+          caller: identity.caller,
+          ms: Math.round((performance.now() - started) * 10) / 10,
+        },
+        "forwarded",
+      );
+    });
+    this.upstream.forward({ method, target, headers, body }, response, (error) =>
+      this.options.logger.warn(
+        { err: { message: error.message, code: (error as NodeJS.ErrnoException).code } },
+        "upstream failed",
+      ),
+    );
+  }
+}
+
+function guardOptions(route: GateRoute): RequireAgentOptions {
+  return {
+    optional: route.access === "optional",
+    ...(route.signedAgents === undefined ? {} : { signedAgents: route.signedAgents }),
+    ...(route.permissions.length === 0 ? {} : { permissions: route.permissions }),
+  };
+}
