@@ -56,7 +56,7 @@ export interface GateConfig {
     /** Development only: a plain-http public URL on this machine. */
     allowHttp: boolean;
     unclaimedMode: UnclaimedMode;
-    /** Recipient types the service takes for owner invitations (default `["email", "oidc"]`). */
+    /** Recipient types the service takes for owner invitations (default `["email", "oidc"]` with `mail`, else `["oidc"]`). */
     recipientTypes: DiscoveryRecipientType[];
   };
   listen: { host: string; port: number };
