@@ -16,6 +16,7 @@ import {
   type Kit,
   type KitRequest,
   type KitResponse,
+  type KitWebBotAuthOptions,
   type ProtectedResource,
   protoClientErrors,
   type RequireAgentOptions,
@@ -39,6 +40,11 @@ export interface GateOptions {
   now?: () => number;
   /** For the kit's fetches of attestor key sets and OpenID configuration (tests: a fetch trusting a test CA). */
   fetch?: typeof fetch;
+  /**
+   * How Web Bot Auth key directories are found (the kit's option): by default the SSRF-safe fetch,
+   * public addresses only; tests and private networks name what else it may reach.
+   */
+  webBotAuth?: KitWebBotAuthOptions;
   /** Serve HTTPS itself (no TLS proxy in front): the certificate chain and key, PEM. */
   tls?: { cert: string; key: string };
 }
@@ -77,6 +83,7 @@ export async function createGate(config: GateConfig, options: GateOptions): Prom
     ...(options.nonceStore === undefined ? {} : { nonceStore: options.nonceStore }),
     ...(options.now === undefined ? {} : { now: options.now }),
     ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+    ...(options.webBotAuth === undefined ? {} : { webBotAuth: options.webBotAuth }),
     onError: (error) => options.logger.error({ err: error }, "unexpected error"),
   });
   const resources = config.mcp.map((entry) => ({
@@ -275,6 +282,9 @@ class GateHandler {
     } catch (error) {
       return send(response, resource.errorResponse(error, { headers }));
     }
+    // The token is addressed to the gate's resource: the application is not its audience, and an
+    // MCP server must not receive a token passed through (MCP authorization, "token passthrough").
+    request.headers.authorization = undefined;
     return this.#forward(request, response, method, target, this.#bearerIdentity(caller), request);
   }
 
@@ -348,10 +358,8 @@ class GateHandler {
       const now = Math.floor((this.options.now?.() ?? Date.now()) / 1000);
       headers["proto-gate-signature"] = signIdentity(this.config.identitySecret, method, target, added, now);
     }
-    const client = this.clientIp(request);
-    const forwardedFor = request.headers["x-forwarded-for"];
-    headers["x-forwarded-for"] =
-      client === request.socket.remoteAddress || forwardedFor === undefined ? client : `${forwardedFor}, ${client}`;
+    // The client as the trusted proxies name it, alone: what it wrote itself is not passed on.
+    headers["x-forwarded-for"] = this.clientIp(request);
     headers["x-forwarded-proto"] = new URL(this.kit.origin).protocol.slice(0, -1);
     headers["x-forwarded-host"] = new URL(this.kit.origin).host;
     if (Buffer.isBuffer(body) || body === undefined) {
