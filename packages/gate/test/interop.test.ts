@@ -8,6 +8,8 @@
  *   answers the `Proto-Gate-*` headers it received.
  * - Conformance: `proto-conformance service`, run as a user runs it, against a gate in front of the
  *   Python standard-library app (test/support/echo_app.py).
+ * - Web Bot Auth: an operator signing with Cloudflare's npm `web-bot-auth`, its key directory on
+ *   its own HTTPS host, recognised by a gate in front of the Python app as a signed agent.
  *
  * Each gate serves HTTPS itself (a test CA made here) and is started from its proto-gate.yaml.
  */
@@ -23,6 +25,7 @@ import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { Agent, connectMcp, discoverService, type ServiceClient } from "@proto/agent";
+import { parseResolveOverrides } from "@proto/protocol";
 import { createTestCA, freePort, type TestCA, type TestFetch, testFetch } from "@proto/testkit";
 import { type EchoApp, startEchoApp } from "./support/echo-app.js";
 import {
@@ -33,9 +36,14 @@ import {
   startAttestor,
   startGate,
   startMcpApp,
+  startWebBotAuthOperator,
+  type WebBotAuthOperator,
 } from "./support/interop-stack.js";
 
 const MCP_HOST = "gate.test";
+/** The gate in front of the Python app that Web Bot Auth callers reach, and their operator's host. */
+const WBA_HOST = "wba.test";
+const AGENTS_HOST = "agents.test";
 const CONFORMANCE_DIR = fileURLToPath(new URL("../../conformance/", import.meta.url));
 /** `proto-conformance` from source (bin/proto-conformance.js runs its compiled form), as its own tests run it. */
 const CONFORMANCE_CLI = join(CONFORMANCE_DIR, "src/cli.ts");
@@ -117,6 +125,40 @@ log_level: warn
 `;
 }
 
+/**
+ * The gate's file for Web Bot Auth callers, in front of the Python app: /open/ optional (a signed
+ * agent passes as itself), the rest for agents with an account.
+ */
+function webBotAuthGateYaml(publicUrl: string, appPort: number, trustUrl: string): string {
+  const url = new URL(publicUrl);
+  return `service:
+  did: did:web:${url.hostname}%3A${url.port}
+  name: Web Bot Auth
+  public_url: ${publicUrl}
+  unclaimed_mode: free
+upstream:
+  url: http://127.0.0.1:${appPort}
+attestors:
+  proto-trust:
+    url: ${trustUrl}
+store:
+  database: sqlite:./gate.db
+routes:
+  - path: /open/
+    access: optional
+  - path: /
+    access: agents
+log_level: warn
+`;
+}
+
+/** What the Python app echoes: the request it received, with its Proto-Gate-* and X-Forwarded-* headers. */
+interface Echoed {
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+}
+
 interface ConformanceReport {
   summary: { passed: number; failed: number; skipped: number };
   results: { id: string; status: string; message: string }[];
@@ -159,6 +201,8 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
   let mcpUrl: string;
   let mcpPublicUrl: string;
   let echoPublicUrl: string;
+  let wbaPublicUrl: string;
+  let operator: WebBotAuthOperator;
   let fetch: TestFetch;
   let agent: Agent;
 
@@ -168,10 +212,12 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
     caFile = ca.writeCertFile(temp);
     const mcpGatePort = await freePort();
     const echoGatePort = await freePort();
+    const wbaGatePort = await freePort();
     mcpPublicUrl = `https://${MCP_HOST}:${mcpGatePort}`;
     mcpUrl = `${mcpPublicUrl}/mcp`;
     // `localhost`, which the conformance command, a child process, resolves by itself.
     echoPublicUrl = `https://localhost:${echoGatePort}`;
+    wbaPublicUrl = `https://${WBA_HOST}:${wbaGatePort}`;
     attestor = await startAttestor({
       dir: temp,
       caPem: ca.certPem,
@@ -182,8 +228,10 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
     echoApp = await startEchoApp(await freePort());
     const mcpDir = join(temp, "mcp-gate");
     const echoDir = join(temp, "echo-gate");
+    const wbaDir = join(temp, "wba-gate");
     mkdirSync(mcpDir);
     mkdirSync(echoDir);
+    mkdirSync(wbaDir);
     const mcpCert = await ca.issue([MCP_HOST]);
     gates.push(
       await startGate(mcpDir, mcpGateYaml(mcpPublicUrl, mcpApp.port, attestor.url), mcpGatePort, {
@@ -199,7 +247,30 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
       }),
     );
 
-    fetch = testFetch(ca, { resolve: `${MCP_HOST}:${mcpGatePort}:127.0.0.1` });
+    operator = await startWebBotAuthOperator(ca, AGENTS_HOST);
+    const wbaCert = await ca.issue([WBA_HOST]);
+    gates.push(
+      await startGate(
+        wbaDir,
+        webBotAuthGateYaml(wbaPublicUrl, echoApp.port, attestor.url),
+        wbaGatePort,
+        { cert: wbaCert.certPem, key: wbaCert.keyPem },
+        // Key directories through the kit's own SSRF-safe fetch, let reach the operator's host.
+        {
+          webBotAuth: {
+            fetch: {
+              allowPrivate: true,
+              resolve: parseResolveOverrides(operator.host.resolveEntries()),
+              ca: ca.certPem,
+            },
+          },
+        },
+      ),
+    );
+
+    fetch = testFetch(ca, {
+      resolve: `${MCP_HOST}:${mcpGatePort}:127.0.0.1,${WBA_HOST}:${wbaGatePort}:127.0.0.1`,
+    });
     agent = Agent.init({ home: join(temp, "agent-home"), fetch, attestorUrl: attestor.url }).agent;
     const request = await agent.attestor().linkStart({ label: "gate interop agent" });
     const confirmed = await attestor.hook("/__test/link/confirm", { req_id: request.req_id, email });
@@ -211,6 +282,7 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
     for (const gate of gates) await gate.close();
     await mcpApp?.stop();
     await echoApp?.stop();
+    await operator?.close();
     await attestor?.close();
     await fetch?.close();
     if (temp) rmSync(temp, { recursive: true, force: true });
@@ -258,6 +330,7 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
         await client.close();
       }
       const { identity } = seen;
+      assert.equal(seen.authorization, false, "the bearer token is the gate's resource's, not passed through");
       assert.equal(identity["proto-gate-caller"], "agent");
       assert.equal(identity["proto-gate-via"], "bearer");
       assert.equal(identity["proto-gate-agent-did"], agent.did);
@@ -293,6 +366,7 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
         await client.close();
       }
       const { identity } = seen;
+      assert.equal(seen.authorization, false, "the bearer token is the gate's resource's, not passed through");
       assert.equal(identity["proto-gate-caller"], "person");
       assert.equal(identity["proto-gate-via"], "bearer");
       assert.equal(identity["proto-gate-attestor"], "proto-trust");
@@ -302,6 +376,41 @@ describe("proto-gate with the other side's code", { timeout: 240_000 }, () => {
       // The agent of the previous test acts for this same person: one pairwise subject here.
       assert.ok(agentPersonSubject !== undefined, "the agent's test ran first");
       assert.equal(identity["proto-gate-person-subject"], agentPersonSubject);
+    });
+  });
+
+  describe("Web Bot Auth: an operator signing with web-bot-auth, the gate in front of the Python app", () => {
+    test("an optional route: the app sees a signed agent, named by its key and its key directory", async () => {
+      const url = `${wbaPublicUrl}/open/page`;
+      const response = await fetch(url, { headers: await operator.sign("GET", url) });
+      const text = await response.text();
+      assert.equal(response.status, 200, text);
+      assert.equal(response.headers.get("x-echo-app"), "python");
+      const echoed = JSON.parse(text) as Echoed;
+      assert.equal(echoed.path, "/open/page");
+      assert.equal(echoed.headers["proto-gate-caller"], "signed-agent");
+      assert.equal(echoed.headers["proto-gate-via"], "web-bot-auth");
+      assert.equal(echoed.headers["proto-gate-signature-agent"], operator.directory);
+      assert.equal(echoed.headers["proto-gate-agent-did"], operator.did);
+      // A signed agent has no account here.
+      assert.equal(echoed.headers["proto-gate-account"], undefined);
+      // The gate fetched the directory the request named, by that name.
+      const fetched = operator.host.requests.filter((r) => r.path === new URL(operator.directory).pathname);
+      assert.equal(fetched.length, 1);
+      assert.equal(fetched[0]?.servername, AGENTS_HOST);
+    });
+
+    test("an agents route, no attestation: refused with 403 kit_signature_required and Accept-Signature, never forwarded", async () => {
+      const url = `${wbaPublicUrl}/notes`;
+      const response = await fetch(url, { headers: await operator.sign("GET", url) });
+      const text = await response.text();
+      assert.equal(response.status, 403, text);
+      assert.equal(response.headers.get("x-echo-app"), null);
+      const body = JSON.parse(text) as { error: { code: string; message: string } };
+      assert.equal(body.error.code, "kit_signature_required", text);
+      const accept = response.headers.get("accept-signature") ?? "";
+      assert.match(accept, /(^|, )web-bot-auth=\(/, accept);
+      assert.match(accept, /"signature-agent"/, accept);
     });
   });
 

@@ -3,7 +3,9 @@
  * hooks on, plain http on loopback, its outbound fetches allowed to the test's HTTPS hosts), gates
  * started from the proto-gate.yaml an operator writes and serving HTTPS themselves with a test CA,
  * and, as the application behind one of them, an MCP server written with the MCP SDK only. Also
- * the person's side of the OAuth flow at the attestor, driven through its pages without a browser.
+ * the person's side of the OAuth flow at the attestor, driven through its pages without a browser,
+ * and a Web Bot Auth operator we do not run: keys and signatures from Cloudflare's npm
+ * `web-bot-auth`, its key directory on a local HTTPS host under the test CA.
  */
 import { generateKeyPairSync, sign } from "node:crypto";
 import { writeFileSync } from "node:fs";
@@ -19,13 +21,15 @@ import type {
 } from "@modelcontextprotocol/sdk/shared/auth.js";
 import { encodeDidKey, rawPublicKey } from "@proto/protocol";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
-import { freePort, quietStream } from "@proto/testkit";
+import { freePort, type HttpsHost, quietStream, startHttpsHost, type TestCA } from "@proto/testkit";
 import pino from "pino";
+import { HTTP_MESSAGE_SIGNATURES_DIRECTORY, MediaType, signatureHeaders } from "web-bot-auth";
+import { signerFromJWK } from "web-bot-auth/crypto";
 import type { OutboxMailer } from "../../../server/src/trust/mail.js";
 import { Browserless, field } from "../../../server/test/support/browser-session.js";
 import { answerConsent } from "../../../server/test/support/people.js";
 import { loadConfigFile } from "../../src/config.js";
-import { createGate, type Gate } from "../../src/gate.js";
+import { createGate, type Gate, type GateOptions } from "../../src/gate.js";
 
 /** Everything comes from 127.0.0.1: limits no test meets (the limiter stays on). */
 const RELAXED_TRUST_LIMITS = "link_start=100000/60,link_start_agent=100000/3600,link_poll=100000/60,token=100000/60";
@@ -115,19 +119,79 @@ export interface RunningGate {
 
 /**
  * A gate started from `yaml`, written to `dir/proto-gate.yaml` and loaded as `proto-gate` loads
- * it, serving HTTPS itself on 127.0.0.1:`port` with the certificate given.
+ * it, serving HTTPS itself on 127.0.0.1:`port` with the certificate given. `webBotAuth`: where the
+ * kit may fetch Web Bot Auth key directories (here: a host on this machine, under the test CA).
  */
 export async function startGate(
   dir: string,
   yaml: string,
   port: number,
   tls: { cert: string; key: string },
+  options: Pick<GateOptions, "webBotAuth"> = {},
 ): Promise<RunningGate> {
   const file = join(dir, "proto-gate.yaml");
   writeFileSync(file, yaml);
-  const gate = await createGate(loadConfigFile(file, {}), { logger: pino({ level: "silent" }), tls });
+  const gate = await createGate(loadConfigFile(file, {}), {
+    logger: pino({ level: "silent" }),
+    tls,
+    ...(options.webBotAuth === undefined ? {} : { webBotAuth: options.webBotAuth }),
+  });
   await new Promise<void>((resolve) => gate.server.listen(port, "127.0.0.1", resolve));
   return { gate, close: () => gate.close() };
+}
+
+// --- a Web Bot Auth operator we do not run ---
+
+export interface WebBotAuthOperator {
+  /** Its key directory's URL: `https://HOST:PORT/.well-known/http-message-signatures-directory`. */
+  directory: string;
+  /** The did:key of its Ed25519 key (what a verifier names a signed agent by). */
+  did: string;
+  /** The key's RFC 7638 thumbprint, its signatures' `keyid` and its `kid` in the directory. */
+  keyid: string;
+  /** The HTTPS host serving the directory, with every request it received. */
+  host: HttpsHost;
+  /**
+   * Headers of a request to `url` signed by `web-bot-auth` with its defaults (`@authority` and
+   * `signature-agent`, tag `web-bot-auth`), `Signature-Agent` naming the directory (dictionary form).
+   */
+  sign(method: string, url: string): Promise<Record<string, string>>;
+  close(): Promise<void>;
+}
+
+/**
+ * A Web Bot Auth operator: an Ed25519 key made and used by `web-bot-auth` (its `signerFromJWK`),
+ * listed in a key directory served at the well-known path of an HTTPS host named `hostname`
+ * (certificate from `ca`; pin it with `host.resolveEntries()`).
+ */
+export async function startWebBotAuthOperator(ca: TestCA, hostname: string): Promise<WebBotAuthOperator> {
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  const privateJwk = privateKey.export({ format: "jwk" });
+  const signer = await signerFromJWK(privateJwk);
+  const host = await startHttpsHost({ ca, hostnames: [hostname] });
+  const { kty, crv, x } = privateJwk;
+  host.route(HTTP_MESSAGE_SIGNATURES_DIRECTORY, {
+    headers: { "content-type": MediaType.HTTP_MESSAGE_SIGNATURES_DIRECTORY, "cache-control": "max-age=300" },
+    body: JSON.stringify({ keys: [{ kty, crv, x, kid: signer.keyid, use: "sig" }] }),
+  });
+  const directory = `${host.origin()}${HTTP_MESSAGE_SIGNATURES_DIRECTORY}`;
+  return {
+    directory,
+    did: encodeDidKey(rawPublicKey(publicKey)),
+    keyid: signer.keyid,
+    host,
+    async sign(method, url) {
+      // The package covers Signature-Agent only when the message already carries it.
+      const headers = { "signature-agent": `sig1="${directory}"` };
+      const created = new Date();
+      const signed = await signatureHeaders({ method, url, headers }, signer, {
+        created,
+        expires: new Date(created.getTime() + 60_000),
+      });
+      return { ...headers, signature: signed.Signature, "signature-input": signed["Signature-Input"] };
+    },
+    close: () => host.close(),
+  };
 }
 
 // --- the MCP application behind a gate ---
