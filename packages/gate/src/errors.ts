@@ -30,6 +30,20 @@ export const gateErrors = {
   bodyUnreadable: () => new ProtoError("malformed_request", 400, "the request body could not be read"),
   upgradeRefused: () =>
     new ProtoError("malformed_request", 400, "the gate does not forward protocol upgrades (WebSocket)"),
+  /** Forward-auth: the proxy does not pass bodies, so a signed body cannot be checked against its digest. */
+  bodyUnverifiable: () =>
+    new ProtoError(
+      "gate_body_unverifiable",
+      403,
+      "this service checks agents in forward-auth mode, where the proxy passes no request body: a request with a body cannot be verified here",
+    ),
+  /** Forward-auth: the proxy's check request does not say which request it is about. */
+  authCheckIncomplete: () =>
+    new ProtoError(
+      "malformed_request",
+      400,
+      "a forward-auth check names the request's method and path in X-Forwarded-Method and X-Forwarded-Uri (or X-Original-Method and X-Original-URI)",
+    ),
   shuttingDown: () =>
     new ProtoError("service_unavailable", 503, "the gate is shutting down; try again", { retryAfter: 1 }),
 };

@@ -29,6 +29,22 @@ import { type Identity, identityHeaders, signIdentity, stripIdentity } from "./i
 import { matchRoute, underPrefix } from "./routes.js";
 import { endToEnd, Upstream } from "./upstream.js";
 
+/** Where a proxy in forward-auth mode asks about a request (`mode: auth`). */
+export const AUTH_PATH = "/.proto-gate/auth";
+
+/** What the gate decided about a request: forward it as `identity`, or answer `answer`. */
+type Decision =
+  | { answer: KitResponse }
+  | { identity: Identity; body: Buffer | undefined | IncomingMessage; bearer: boolean };
+
+/** Whether a request says it carries a body (the headers are all a forward-auth check sees). */
+function declaresBody(headers: Headers): boolean {
+  const length = headers.get("content-length");
+  return (
+    headers.has("transfer-encoding") || headers.has("content-digest") || (length !== null && length.trim() !== "0")
+  );
+}
+
 /** Bodies of the kit's own endpoints (signup, invitations, claims): small JSON and forms. */
 const KIT_ROUTE_BODY_BYTES = 64 * 1024;
 
@@ -204,33 +220,61 @@ class GateHandler {
     const path = url.pathname;
     const headers = toHeaders(request.headers);
 
+    if (this.config.mode === "auth" && path === AUTH_PATH) return this.#authCheck(request, response, headers);
     if (this.kit.hasRoute(method, path)) return this.#kitRoute(request, response, method, target, url, headers);
     for (const { resource } of this.resources) {
       const metadata = resource.metadataResponse(method, path);
       if (metadata !== undefined) return send(response, metadata);
     }
-    const mcp = this.resources.find((entry) => underPrefix(path, entry.path));
-    if (mcp !== undefined) return this.#bearer(request, response, mcp.resource, method, target, headers);
+    // In forward-auth mode the proxy sends the gate only its own endpoints and the checks.
+    if (this.config.mode === "auth") return send(response, errorAnswer(gateErrors.notRouted()));
+    const decision = await this.#decide(method, target, url, headers, request, true);
+    if ("answer" in decision) return send(response, decision.answer);
+    if (decision.bearer) request.headers.authorization = undefined;
+    return this.#forward(request, response, method, target, decision.identity, decision.body);
+  }
 
+  /**
+   * Who the caller of `METHOD target` is, or the answer that refuses it: the MCP paths' bearer
+   * check, else the first route's access rule and the kit's guard. `streamable`: the body may be
+   * left unread for the application (proxy mode) when nothing needs it verified.
+   */
+  async #decide(
+    method: string,
+    target: string,
+    url: URL,
+    headers: Headers,
+    request: IncomingMessage,
+    streamable: boolean,
+  ): Promise<Decision> {
+    const path = url.pathname;
+    const mcp = this.resources.find((entry) => underPrefix(path, entry.path));
+    if (mcp !== undefined) {
+      try {
+        const caller = await mcp.resource.authenticate({ method, headers });
+        // The token is addressed to the gate's resource: the application is not its audience, and an
+        // MCP server must not receive a token passed through (MCP authorization, "token passthrough").
+        return { identity: this.#bearerIdentity(caller), body: request, bearer: true };
+      } catch (error) {
+        return { answer: mcp.resource.errorResponse(error, { headers }) };
+      }
+    }
     const route = matchRoute(this.config.routes, method, path);
-    if (route === undefined) return send(response, errorAnswer(gateErrors.notRouted()));
+    if (route === undefined) return { answer: errorAnswer(gateErrors.notRouted()) };
     if (route.access === "open" || (route.access === "optional" && !attemptedProtocol(headers))) {
-      return this.#forward(request, response, method, target, { caller: "anonymous", via: "none" }, request);
+      return { identity: { caller: "anonymous", via: "none" }, body: request, bearer: false };
     }
     let body: Buffer | undefined;
-    try {
-      body = await readBody(request, this.config.limits.maxBodyBytes);
-    } catch (error) {
-      return send(response, this.#refusal(error, headers, request));
+    if (streamable) {
+      try {
+        body = await readBody(request, this.config.limits.maxBodyBytes);
+      } catch (error) {
+        return { answer: this.#refusal(error, headers) };
+      }
+    } else if (declaresBody(headers)) {
+      return { answer: this.kit.errorResponse(gateErrors.bodyUnverifiable(), { headers }) };
     }
-    const kitRequest: KitRequest = {
-      method,
-      url,
-      target,
-      headers,
-      body,
-      clientAddress: this.clientIp(request),
-    };
+    const kitRequest: KitRequest = { method, url, target, headers, body, clientAddress: this.clientIp(request) };
     const outcome = await guardRequest(
       this.kit,
       headers,
@@ -238,14 +282,50 @@ class GateHandler {
       this.#guards.get(route) ?? {},
       () => kitRequest,
     );
-    if (!outcome.pass) return send(response, outcome.response);
+    if (!outcome.pass) return { answer: outcome.response };
     if (route.access === "attested" && outcome.proto?.attestation === undefined) {
       const refusal = protoError("attestation_required", {
         details: { accepted_attestors: Object.keys(this.config.attestors) },
       });
-      return send(response, this.kit.errorResponse(refusal, { headers }));
+      return { answer: this.kit.errorResponse(refusal, { headers }) };
     }
-    return this.#forward(request, response, method, target, this.#identity(outcome), body);
+    return { identity: this.#identity(outcome), body, bearer: false };
+  }
+
+  /**
+   * Forward-auth (`mode: auth`): nginx `auth_request`, Caddy `forward_auth` and Traefik
+   * `forwardAuth` ask here about a request they hold, naming its method and request-target in
+   * `X-Forwarded-Method`/`X-Forwarded-Uri` (Caddy, Traefik) or `X-Original-Method`/`X-Original-URI`
+   * (nginx, set in its recipe). The answer is 200 with the identity headers for the proxy to copy
+   * onto the request, or the refusal the agent must see. None of these proxies passes the body, so
+   * a request that has one cannot be verified: 403 `gate_body_unverifiable`.
+   */
+  async #authCheck(request: IncomingMessage, response: ServerResponse, headers: Headers): Promise<void> {
+    const method = (headers.get("x-forwarded-method") ?? headers.get("x-original-method") ?? "").toUpperCase();
+    const target = headers.get("x-forwarded-uri") ?? headers.get("x-original-uri") ?? "";
+    if (!/^[A-Z]{1,20}$/.test(method) || !target.startsWith("/")) {
+      return send(response, errorAnswer(gateErrors.authCheckIncomplete()));
+    }
+    const url = new URL(target, this.kit.origin);
+    // The check's own request has no body; the original's is declared by its headers, copied here.
+    request.resume();
+    const decision = await this.#decide(method, target, url, headers, request, false);
+    if ("answer" in decision) return send(response, decision.answer);
+    const added = identityHeaders(decision.identity);
+    if (this.config.identitySecret !== undefined) {
+      added["proto-gate-signature"] = signIdentity(
+        this.config.identitySecret,
+        method,
+        target,
+        added,
+        this.#nowSeconds(),
+      );
+    }
+    send(response, { status: 200, headers: { ...added, "cache-control": "no-store" }, body: "" });
+  }
+
+  #nowSeconds(): number {
+    return Math.floor((this.options.now?.() ?? Date.now()) / 1000);
   }
 
   async #kitRoute(
@@ -266,26 +346,6 @@ class GateHandler {
       response,
       await this.kit.dispatch({ method, url, target, headers, body, clientAddress: this.clientIp(request) }),
     );
-  }
-
-  async #bearer(
-    request: IncomingMessage,
-    response: ServerResponse,
-    resource: ProtectedResource,
-    method: string,
-    target: string,
-    headers: Headers,
-  ): Promise<void> {
-    let caller: BearerContext;
-    try {
-      caller = await resource.authenticate({ method, headers });
-    } catch (error) {
-      return send(response, resource.errorResponse(error, { headers }));
-    }
-    // The token is addressed to the gate's resource: the application is not its audience, and an
-    // MCP server must not receive a token passed through (MCP authorization, "token passthrough").
-    request.headers.authorization = undefined;
-    return this.#forward(request, response, method, target, this.#bearerIdentity(caller), request);
   }
 
   #identity(outcome: Extract<GuardOutcome, { pass: true }>): Identity {
@@ -338,7 +398,7 @@ class GateHandler {
     };
   }
 
-  #refusal(error: unknown, headers: Headers, _request: IncomingMessage): KitResponse {
+  #refusal(error: unknown, headers: Headers): KitResponse {
     if (error instanceof ProtoError) return errorAnswer(error);
     return this.kit.errorResponse(error, { headers });
   }
@@ -355,8 +415,13 @@ class GateHandler {
     const added = identityHeaders(identity);
     Object.assign(headers, added);
     if (this.config.identitySecret !== undefined) {
-      const now = Math.floor((this.options.now?.() ?? Date.now()) / 1000);
-      headers["proto-gate-signature"] = signIdentity(this.config.identitySecret, method, target, added, now);
+      headers["proto-gate-signature"] = signIdentity(
+        this.config.identitySecret,
+        method,
+        target,
+        added,
+        this.#nowSeconds(),
+      );
     }
     // The client as the trusted proxies name it, alone: what it wrote itself is not passed on.
     headers["x-forwarded-for"] = this.clientIp(request);

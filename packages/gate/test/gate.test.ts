@@ -14,10 +14,10 @@ import { Agent, discoverService, ServiceClient } from "@proto/agent";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
 import { createTestCA, freePort, quietStream, type TestFetch, testFetch } from "@proto/testkit";
 import pino from "pino";
-import type { GateConfig } from "../src/config-types.js";
 import { createGate, type Gate } from "../src/gate.js";
 import { signIdentity } from "../src/identity.js";
 import { type EchoApp, startEchoApp } from "./support/echo-app.js";
+import { gateConfig } from "./support/gate-config.js";
 
 const HOST = "gate.test";
 const SECRET = randomBytes(32).toString("base64url");
@@ -27,48 +27,6 @@ interface Echoed {
   path: string;
   headers: Record<string, string>;
   body: { length: number; sha256: string };
-}
-
-function gateConfig(publicUrl: string, appPort: number, trustUrl: string, database: string): GateConfig {
-  const route = (path: string, access: GateConfig["routes"][number]["access"], line: number) => ({
-    path,
-    methods: undefined,
-    access,
-    permissions: [],
-    signedAgents: undefined,
-    line,
-  });
-  return {
-    file: undefined,
-    service: {
-      did: `did:web:${HOST}%3A${new URL(publicUrl).port}`,
-      name: "Echo",
-      publicUrl,
-      allowHttp: false,
-      unclaimedMode: "free",
-      // E-mail invitations need mail settings: their part is the kit's, tested there.
-      recipientTypes: ["oidc"],
-    },
-    listen: { host: "127.0.0.1", port: 0 },
-    upstream: { url: `http://127.0.0.1:${appPort}`, timeoutSeconds: 30 },
-    attestors: { "proto-trust": { url: trustUrl, displayName: undefined } },
-    store: { database, redisUrl: undefined },
-    trustedProxies: [],
-    permissions: {},
-    routes: [
-      route("/open/", "open", 1),
-      route("/sse", "open", 2),
-      route("/maybe/", "optional", 3),
-      route("/attested/", "attested", 4),
-      route("/", "agents", 5),
-    ],
-    mcp: [],
-    mail: undefined,
-    identitySecret: SECRET,
-    limits: { maxBodyBytes: 64 * 1024 * 1024 },
-    mode: "proxy",
-    logLevel: "warn",
-  };
 }
 
 describe("proto-gate in front of a Python standard-library app", { timeout: 180_000 }, () => {
@@ -107,10 +65,17 @@ describe("proto-gate in front of a Python standard-library app", { timeout: 180_
     const gatePort = await freePort();
     publicUrl = `https://${HOST}:${gatePort}`;
     const { certPem, keyPem } = await ca.issue([HOST]);
-    gate = await createGate(gateConfig(publicUrl, appPort, trustUrl, `sqlite:${join(temp, "gate.db")}`), {
-      logger: pino({ level: "silent" }),
-      tls: { cert: certPem, key: keyPem },
-    });
+    gate = await createGate(
+      gateConfig(publicUrl, appPort, trustUrl, `sqlite:${join(temp, "gate.db")}`, {
+        secret: SECRET,
+        mode: "proxy",
+        host: HOST,
+      }),
+      {
+        logger: pino({ level: "silent" }),
+        tls: { cert: certPem, key: keyPem },
+      },
+    );
     await new Promise<void>((resolve) => gate.server.listen(gatePort, "127.0.0.1", resolve));
 
     fetch = testFetch(ca, { resolve: `${HOST}:${gatePort}:127.0.0.1` });
