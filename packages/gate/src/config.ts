@@ -20,6 +20,7 @@ import {
   isPermissionName,
   MAX_PERMISSION_NAME_LENGTH,
   parseDid,
+  percentDecodedSpellings,
   type UnclaimedMode,
   validateDiscoveryPermissions,
 } from "@proto/protocol";
@@ -550,26 +551,13 @@ function routePath(section: Section, field: Field): string {
     section.fail(field, "must be a path only, without a query (?) or fragment (#): routes match on the path");
   }
   if (path.includes("*")) section.fail(field, "is a prefix, not a pattern: /api/ matches every path under /api/");
-  if (decodedSpellings(path).some((spelling) => spelling.split("/").some((s) => s === ".." || s === "."))) {
+  if (percentDecodedSpellings(path).some((spelling) => spelling.split("/").some((s) => s === ".." || s === "."))) {
     section.fail(field, "must not contain . or .. segments, even percent-encoded");
   }
   // Requests are matched by their parsed path; a prefix spelled otherwise (a space, é) would never match.
   const canonical = new URL(path, "http://gate.invalid").pathname;
   if (canonical !== path) section.fail(field, `must be written as requests spell it: ${canonical}`);
   return path;
-}
-
-function decodedSpellings(value: string): string[] {
-  const all = [value];
-  let current = value;
-  for (;;) {
-    const decoded = current.replace(/%([0-7][0-9a-f])/gi, (_escape, hex: string) =>
-      String.fromCharCode(Number.parseInt(hex, 16)),
-    );
-    if (decoded === current) return all;
-    all.push(decoded);
-    current = decoded;
-  }
 }
 
 /** A list of permission names, each declared under `permissions`. */

@@ -12,19 +12,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Agent, discoverService, ServiceClient } from "@proto/agent";
-import { buildTrustApp, readTrustConfig } from "@proto/server";
-import { createTestCA, freePort, quietStream, type TestFetch, testFetch } from "@proto/testkit";
+import { createTestCA, freePort, type TestFetch, testFetch } from "@proto/testkit";
 import pino from "pino";
 import { AUTH_PATH, createGate, type Gate } from "../src/gate.js";
 import { signIdentity } from "../src/identity.js";
 import { gateConfig } from "./support/gate-config.js";
+import { type Attestor, linkAgent, startAttestor } from "./support/interop-stack.js";
 
 const HOST = "auth.gate.test";
 const SECRET = randomBytes(32).toString("base64url");
 
 describe("proto-gate in forward-auth mode", { timeout: 120_000 }, () => {
   let temp: string;
-  let trust: Awaited<ReturnType<typeof buildTrustApp>>;
+  let trust: Attestor;
   let gate: Gate;
   let publicUrl: string;
   let fetch: TestFetch;
@@ -56,20 +56,8 @@ describe("proto-gate in forward-auth mode", { timeout: 120_000 }, () => {
   before(async () => {
     temp = mkdtempSync(join(tmpdir(), "proto-gate-auth-"));
     const ca = await createTestCA();
-    const trustPort = await freePort();
-    const trustUrl = `http://127.0.0.1:${trustPort}`;
-    trust = await buildTrustApp(
-      readTrustConfig({
-        PROTO_TEST_HOOKS: "1",
-        TRUST_PUBLIC_URL: trustUrl,
-        TRUST_DATABASE_URL: `sqlite:${join(temp, "trust.db")}`,
-        TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
-        TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
-        LOG_LEVEL: "warn",
-      }),
-      { logStream: quietStream() },
-    );
-    await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
+    trust = await startAttestor({ dir: temp, caPem: ca.certPem, resolve: [] });
+    const trustUrl = trust.url;
     const gatePort = await freePort();
     publicUrl = `https://${HOST}:${gatePort}`;
     const { certPem, keyPem } = await ca.issue([HOST]);
@@ -88,14 +76,7 @@ describe("proto-gate in forward-auth mode", { timeout: 120_000 }, () => {
     await new Promise<void>((resolve) => gate.server.listen(gatePort, "127.0.0.1", resolve));
     fetch = testFetch(ca, { resolve: `${HOST}:${gatePort}:127.0.0.1` });
     agent = Agent.init({ home: join(temp, "agent-home"), fetch, attestorUrl: trustUrl }).agent;
-    const request = await agent.attestor().linkStart({ label: "forward-auth test agent" });
-    const confirmed = await fetch(`${trustUrl}/__test/link/confirm`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ req_id: request.req_id, email: `person-${randomBytes(3).toString("hex")}@mail.test` }),
-    });
-    assert.equal(confirmed.status, 200, await confirmed.clone().text());
-    assert.equal((await agent.attestor().pollOnce(request.req_id)).state, "confirmed");
+    await linkAgent(agent, trust, `person-${randomBytes(3).toString("hex")}@mail.test`);
     const discovery = await discoverService(publicUrl, { fetch });
     checked = new ServiceClient(discovery, { identity: agent.identity, fetch: intercept, attestor: agent.attestor() });
     plain = new ServiceClient(discovery, { identity: agent.identity, fetch: intercept, retryWithAttestation: false });

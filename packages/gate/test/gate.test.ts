@@ -11,13 +11,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Agent, discoverService, ServiceClient } from "@proto/agent";
-import { buildTrustApp, readTrustConfig } from "@proto/server";
-import { createTestCA, freePort, quietStream, type TestFetch, testFetch } from "@proto/testkit";
+import { createTestCA, freePort, type TestFetch, testFetch } from "@proto/testkit";
 import pino from "pino";
 import { createGate, type Gate } from "../src/gate.js";
 import { signIdentity } from "../src/identity.js";
 import { type EchoApp, startEchoApp } from "./support/echo-app.js";
 import { gateConfig } from "./support/gate-config.js";
+import { type Attestor, linkAgent, startAttestor } from "./support/interop-stack.js";
 
 const HOST = "gate.test";
 const SECRET = randomBytes(32).toString("base64url");
@@ -31,7 +31,7 @@ interface Echoed {
 
 describe("proto-gate in front of a Python standard-library app", { timeout: 180_000 }, () => {
   let temp: string;
-  let trust: Awaited<ReturnType<typeof buildTrustApp>>;
+  let trust: Attestor;
   let trustUrl: string;
   let app: EchoApp;
   let appPort: number;
@@ -44,20 +44,8 @@ describe("proto-gate in front of a Python standard-library app", { timeout: 180_
   before(async () => {
     temp = mkdtempSync(join(tmpdir(), "proto-gate-"));
     const ca = await createTestCA();
-    const trustPort = await freePort();
-    trustUrl = `http://127.0.0.1:${trustPort}`;
-    trust = await buildTrustApp(
-      readTrustConfig({
-        PROTO_TEST_HOOKS: "1",
-        TRUST_PUBLIC_URL: trustUrl,
-        TRUST_DATABASE_URL: `sqlite:${join(temp, "trust.db")}`,
-        TRUST_KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString("base64url"),
-        TRUST_PSEUDONYM_KEY: Buffer.alloc(32, 9).toString("base64url"),
-        LOG_LEVEL: "warn",
-      }),
-      { logStream: quietStream() },
-    );
-    await trust.app.listen({ port: trustPort, host: "127.0.0.1" });
+    trust = await startAttestor({ dir: temp, caPem: ca.certPem, resolve: [] });
+    trustUrl = trust.url;
 
     appPort = await freePort();
     app = await startEchoApp(appPort);
@@ -80,14 +68,7 @@ describe("proto-gate in front of a Python standard-library app", { timeout: 180_
 
     fetch = testFetch(ca, { resolve: `${HOST}:${gatePort}:127.0.0.1` });
     agent = Agent.init({ home: join(temp, "agent-home"), fetch, attestorUrl: trustUrl }).agent;
-    const request = await agent.attestor().linkStart({ label: "gate test agent" });
-    const confirmed = await fetch(`${trustUrl}/__test/link/confirm`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ req_id: request.req_id, email: `person-${randomBytes(3).toString("hex")}@mail.test` }),
-    });
-    assert.equal(confirmed.status, 200, await confirmed.clone().text());
-    assert.equal((await agent.attestor().pollOnce(request.req_id)).state, "confirmed");
+    await linkAgent(agent, trust, `person-${randomBytes(3).toString("hex")}@mail.test`);
     client = await agent.service(publicUrl);
   });
 

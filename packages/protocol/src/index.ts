@@ -175,7 +175,7 @@ export {
   recipientKey,
   recipientsMatch,
 } from "./recipients.js";
-export { hasUnsafeUrlCharacter, sameOriginPath } from "./redirect.js";
+export { hasUnsafeUrlCharacter, percentDecodedSpellings, sameOriginPath } from "./redirect.js";
 export type {
   ResolvedAddress,
   SafeFetchConfig,

@@ -19,7 +19,7 @@ const MAX_TARGET_LENGTH = 2048;
  * decoder further along (a proxy, a framework, a browser) might act on. Only ASCII escapes are
  * decoded; each round shortens the text, so the rounds end.
  */
-function spellings(value: string): string[] {
+export function percentDecodedSpellings(value: string): string[] {
   const all = [value];
   let current = value;
   for (;;) {
@@ -34,7 +34,7 @@ function spellings(value: string): string[] {
 
 /** Whether a URL carries a control character or a backslash, as given or once percent-decoded. */
 export function hasUnsafeUrlCharacter(value: string): boolean {
-  return spellings(value).some((spelling) => UNSAFE_CHARACTER.test(spelling));
+  return percentDecodedSpellings(value).some((spelling) => UNSAFE_CHARACTER.test(spelling));
 }
 
 function parse(value: string, base: string): URL | undefined {
@@ -55,7 +55,7 @@ export function sameOriginPath(value: unknown, origin: string): string | undefin
   if (typeof value !== "string" || value.length === 0 || value.length > MAX_TARGET_LENGTH) return undefined;
   const own = new URL(origin).origin;
   let target: URL | undefined;
-  for (const spelling of spellings(value)) {
+  for (const spelling of percentDecodedSpellings(value)) {
     if (UNSAFE_CHARACTER.test(spelling)) return undefined;
     const url = parse(spelling, own);
     if (url === undefined || url.origin !== own || url.username !== "" || url.password !== "") return undefined;

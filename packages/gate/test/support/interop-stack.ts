@@ -19,6 +19,7 @@ import type {
   OAuthClientMetadata,
   OAuthTokens,
 } from "@modelcontextprotocol/sdk/shared/auth.js";
+import type { Agent } from "@proto/agent";
 import { encodeDidKey, rawPublicKey } from "@proto/protocol";
 import { buildTrustApp, readTrustConfig } from "@proto/server";
 import { freePort, type HttpsHost, quietStream, startHttpsHost, type TestCA } from "@proto/testkit";
@@ -110,6 +111,16 @@ export async function startAttestor(options: AttestorOptions): Promise<Attestor>
     },
     close: () => app.close(),
   };
+}
+
+/** Links an SDK agent to the person `email` at `attestor`, confirmed through its test hook. */
+export async function linkAgent(agent: Agent, attestor: Attestor, email: string): Promise<void> {
+  const request = await agent.attestor().linkStart({ label: "gate test agent" });
+  const confirmed = await attestor.hook("/__test/link/confirm", { req_id: request.req_id, email });
+  if (confirmed.status !== 200)
+    throw new Error(`link confirm answered ${confirmed.status}: ${JSON.stringify(confirmed.json)}`);
+  const polled = await agent.attestor().pollOnce(request.req_id);
+  if (polled.state !== "confirmed") throw new Error(`the link did not confirm: ${polled.state}`);
 }
 
 export interface RunningGate {
