@@ -20,6 +20,7 @@ import {
   type ProtectedResource,
   protoClientErrors,
   type RequireAgentOptions,
+  toHeaders,
 } from "@proto/kit";
 import { attemptedProtocol, type NonceStore, ProtoError, protoError } from "@proto/protocol";
 import type pino from "pino";
@@ -162,16 +163,6 @@ function send(
   response.end(body);
 }
 
-/** A `Headers` over node's header object (repeated fields joined, as a Fetch request has them). */
-function toHeaders(raw: IncomingMessage["headers"]): Headers {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(raw)) {
-    if (value === undefined) continue;
-    headers.set(name, Array.isArray(value) ? value.join(", ") : value);
-  }
-  return headers;
-}
-
 /** Reads the whole body, at most `max` bytes (413 beyond, declared or sent). */
 function readBody(request: IncomingMessage, max: number): Promise<Buffer | undefined> {
   const declared = Number(request.headers["content-length"] ?? "0");
@@ -197,6 +188,9 @@ function readBody(request: IncomingMessage, max: number): Promise<Buffer | undef
 class GateHandler {
   /** Each route's guard options, checked once at start (an undeclared permission fails here). */
   readonly #guards = new Map<GateRoute, RequireAgentOptions>();
+  /** `X-Forwarded-Proto` and `-Host`: the public URL's, the same for every request. */
+  readonly #publicProto: string;
+  readonly #publicHost: string;
 
   constructor(
     readonly config: GateConfig,
@@ -206,6 +200,9 @@ class GateHandler {
     readonly options: GateOptions,
     readonly clientIp: (request: IncomingMessage) => string,
   ) {
+    const publicUrl = new URL(kit.origin);
+    this.#publicProto = publicUrl.protocol.slice(0, -1);
+    this.#publicHost = publicUrl.host;
     for (const route of config.routes) {
       this.#guards.set(route, checkGuardOptions(kit, guardOptions(route), `routes (line ${route.line})`));
     }
@@ -218,7 +215,7 @@ class GateHandler {
     const method = (request.method ?? "GET").toUpperCase();
     const url = new URL(target, this.kit.origin);
     const path = url.pathname;
-    const headers = toHeaders(request.headers);
+    const headers = toHeaders(request.headers as Record<string, string | string[] | undefined>);
 
     if (this.config.mode === "auth" && path === AUTH_PATH) return this.#authCheck(request, response, headers);
     if (this.kit.hasRoute(method, path)) return this.#kitRoute(request, response, method, target, url, headers);
@@ -425,8 +422,8 @@ class GateHandler {
     }
     // The client as the trusted proxies name it, alone: what it wrote itself is not passed on.
     headers["x-forwarded-for"] = this.clientIp(request);
-    headers["x-forwarded-proto"] = new URL(this.kit.origin).protocol.slice(0, -1);
-    headers["x-forwarded-host"] = new URL(this.kit.origin).host;
+    headers["x-forwarded-proto"] = this.#publicProto;
+    headers["x-forwarded-host"] = this.#publicHost;
     if (Buffer.isBuffer(body) || body === undefined) {
       delete headers["content-length"];
       if (body !== undefined) headers["content-length"] = String(body.length);

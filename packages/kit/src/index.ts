@@ -20,7 +20,7 @@ export type { GuardOutcome, RequireAgentOptions } from "./guard.js";
 // The guard every adapter runs, for adapters of other servers (proto-gate).
 export { checkGuardOptions, guardRequest } from "./guard.js";
 export type { KitRequest, KitResponse } from "./http.js";
-export { toFetchResponse } from "./http.js";
+export { toFetchResponse, toHeaders } from "./http.js";
 export type {
   AgentContext,
   AttestedSessionOptions,
